@@ -1,0 +1,169 @@
+/* normkernels.h: the C ABI of libnormkernels, SIMD normalization kernels for CPUs.
+ *
+ * Conventions (every function below follows them):
+ * - Every kernel returns nk_status. A failing call writes nothing to any output
+ *   (all arguments are validated first) and leaves a thread-local reason in
+ *   nk_last_error() naming the function and the argument. Checks run in this order,
+ *   the first failure is returned: scalar arguments (eps) -> shapes (zero where not
+ *   allowed, element or byte count overflowing size_t) -> NULL pointers -> overlaps.
+ * - Sizes are element counts; tensors are dense, contiguous, row-major. No pointer
+ *   needs any alignment.
+ * - rows == 0 is a valid empty call: a no-op returning NK_OK that writes nothing;
+ *   its pointers may then be NULL.
+ * - gamma == NULL means all ones, beta == NULL all zeros. Statistics outputs (mean,
+ *   rstd, rrms) are optional: NULL means "not wanted".
+ * - Aliasing: y may be x exactly (in place). In the fused add forms, sum may be x or
+ *   residual exactly and y may be x or residual exactly, but y and sum are never the
+ *   same buffer. Any other overlap of an output with an input or another output, and
+ *   any overlap involving a statistics output, is NK_ERR_OVERLAP.
+ * - eps must be finite and >= 0 (NK_ERR_INVALID_ARGUMENT otherwise).
+ * - Non-finite data is not an error: NaN or Inf in a row makes that row's outputs
+ *   NaN/Inf as the formula gives; other rows are unaffected.
+ * - Finite data gives finite y, mean and rstd (rrms) over the whole fp32 range when
+ *   eps > 0 or the row's variance is not 0 (rows near |x| ~ 1e19 and beyond, whose
+ *   squares overflow fp32, are redone scaled by a power of two). A constant row has a
+ *   mean exactly equal to the constant, so with eps > 0 its y is exactly beta. With
+ *   eps == 0 a constant row gives NaN, as in PyTorch.
+ * - Statistics are Welford/Chan (count, mean, M2) in fp32, one pass over memory,
+ *   merged in a fixed tree; variance is the biased one, as torch.nn.LayerNorm.
+ * - Results do not depend on the thread count: for a given ISA, the same inputs give
+ *   the same bits with any number of threads. Each call reads the ISA once, at entry.
+ * - Kernels may be called concurrently from any number of threads, including from
+ *   inside the caller's own OpenMP parallel regions.
+ */
+#ifndef NORMKERNELS_H_
+#define NORMKERNELS_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32) && !defined(NK_STATIC)
+#if defined(NK_BUILDING_LIBRARY)
+#define NK_API __declspec(dllexport)
+#else
+#define NK_API __declspec(dllimport)
+#endif
+#elif defined(__GNUC__)
+#define NK_API __attribute__((visibility("default")))
+#else
+#define NK_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- version */
+
+#define NK_VERSION_MAJOR 0
+#define NK_VERSION_MINOR 1
+#define NK_VERSION_PATCH 0
+
+/* "0.1.0": the version of the library actually loaded, which may differ from the
+   macros above if the program was built against another header. */
+NK_API const char* nk_version(void);
+
+/* ---------------------------------------------------------------- status */
+
+/* Values are pinned: they never change meaning between versions. */
+typedef enum nk_status {
+  NK_OK = 0,
+  NK_ERR_NULL_POINTER = 1,     /* a required pointer is NULL */
+  NK_ERR_INVALID_SHAPE = 2,    /* a size is 0 where not allowed, or overflows size_t */
+  NK_ERR_INVALID_ARGUMENT = 3, /* a scalar argument is out of its domain */
+  NK_ERR_OVERLAP = 4,          /* an output overlaps something it may not */
+  NK_ERR_UNSUPPORTED = 5,      /* valid request that this build or CPU cannot serve */
+  NK_ERR_OUT_OF_MEMORY = 6
+} nk_status;
+
+/* A short English name of s ("NK_OK: success", ...); never NULL, also for values
+   that are not in the enum. */
+NK_API const char* nk_status_string(nk_status s);
+
+/* The reason for this thread's most recent failed call, e.g.
+   "nk_layernorm_forward_f32: cols is 0; a row must have at least one element".
+   "" if no call on this thread has failed. Successful calls leave it unchanged.
+   The pointer stays valid until this thread's next failing call. */
+NK_API const char* nk_last_error(void);
+
+/* ---------------------------------------------------------------- types */
+
+typedef uint16_t nk_bf16; /* bfloat16 bit pattern (the top half of an IEEE float) */
+
+typedef enum nk_layout {  /* spatial dims flattened into `spatial` */
+  NK_LAYOUT_NCHW = 0,     /* [n][c][spatial], channels first */
+  NK_LAYOUT_NHWC = 1      /* [n][spatial][c], channels last */
+} nk_layout;
+
+/* ---------------------------------------------------------------- ISA and threads */
+
+/* Instruction sets are named as Highway names its targets: "AVX3", "AVX2", "SSE4",
+   "SSSE3", and the baseline ("SCALAR" with Debian's g++ 12; "EMU128" with newer
+   compilers). Every returned string is static, valid for the life of the process. */
+
+/* The ISA that kernels starting now use. */
+NK_API const char* nk_get_isa(void);
+
+/* The ISAs compiled into this library AND supported by this CPU, best first.
+   Writes min(count, capacity) names to `names` (which may be NULL when capacity is
+   0) and returns the count. */
+NK_API size_t nk_list_isas(const char** names, size_t capacity);
+
+/* Select the ISA for calls that start afterwards, process-wide. Case-insensitive;
+   NULL or "auto" selects the best one. A name that is not a Highway target name:
+   NK_ERR_INVALID_ARGUMENT. A target name that is not compiled in or not supported
+   by this CPU: NK_ERR_UNSUPPORTED. On failure the selection is unchanged. */
+NK_API nk_status nk_set_isa(const char* name);
+
+/* The number of threads kernels use (>= 1). Small tensors run on one thread
+   whatever this says; the results are the same bits either way. */
+NK_API int nk_get_num_threads(void);
+
+/* n >= 1 threads, or 0 for the default (OpenMP's omp_get_max_threads() at the time
+   of the call); n < 0 is NK_ERR_INVALID_ARGUMENT. Process-wide. */
+NK_API nk_status nk_set_num_threads(int n);
+
+/* Environment, read once at first use of the library: NK_ISA (as nk_set_isa) and
+   NK_NUM_THREADS (as nk_set_num_threads). A value those functions would refuse is
+   ignored and the default stays. */
+
+/* ---------------------------------------------------------------- LayerNorm family */
+
+/* LayerNorm over each row of x [rows][cols]:
+     mean = sum(x) / cols, var = sum((x - mean)^2) / cols (biased), rstd = 1/sqrt(var + eps),
+     y = (x - mean) * rstd * gamma + beta.
+   gamma, beta: [cols] or NULL. mean, rstd: [rows] or NULL (the forward's saved
+   statistics, as torch.native_layer_norm returns them). y: [rows][cols], may be x.
+   rows == 0 is a no-op; cols == 0 is NK_ERR_INVALID_SHAPE. LayerNorm over several
+   trailing dims ([C,H,W]) is the same call with cols = C*H*W. */
+NK_API nk_status nk_layernorm_forward_f32(size_t rows, size_t cols, const float* x,
+                                          const float* gamma, const float* beta,
+                                          float eps, float* y, float* mean,
+                                          float* rstd);
+
+/* RMSNorm over each row: rrms = 1/sqrt(sum(x^2)/cols + eps), y = x * rrms * gamma.
+   gamma: [cols] or NULL. rrms: [rows] or NULL. y may be x. */
+NK_API nk_status nk_rmsnorm_forward_f32(size_t rows, size_t cols, const float* x,
+                                        const float* gamma, float eps, float* y,
+                                        float* rrms);
+
+/* Pre-norm residual step: s = x + residual (rounded to fp32); y = LayerNorm(s).
+   sum: [rows][cols] receives s, or NULL when only y is wanted. sum may be x or
+   residual; y may be x or residual; y and sum are different buffers. */
+NK_API nk_status nk_add_layernorm_forward_f32(size_t rows, size_t cols,
+                                              const float* x, const float* residual,
+                                              const float* gamma, const float* beta,
+                                              float eps, float* sum, float* y,
+                                              float* mean, float* rstd);
+
+/* s = x + residual; y = RMSNorm(s); as nk_add_layernorm_forward_f32. */
+NK_API nk_status nk_add_rmsnorm_forward_f32(size_t rows, size_t cols, const float* x,
+                                            const float* residual, const float* gamma,
+                                            float eps, float* sum, float* y,
+                                            float* rrms);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* NORMKERNELS_H_ */

@@ -1,0 +1,78 @@
+// dispatch.h: the selected ISA (a Highway target) and thread count, and the macro that
+// picks a per-target kernel table by target.
+#ifndef NK_KERNELS_DISPATCH_H_
+#define NK_KERNELS_DISPATCH_H_
+
+#include <stdint.h>
+
+#include <cstddef>
+
+#include "hwy/highway.h"
+
+namespace nk {
+
+// The target kernels use for a call starting now (a single HWY_* bit); read once at
+// the entry of every kernel.
+int64_t CurrentTarget();
+
+// The number of threads for a job of `work` elements: 1 for small jobs, never more
+// than the configured count, and at least kMinWorkPerThread elements each.
+int ThreadsFor(size_t work);
+
+}  // namespace nk
+
+// NK_SELECT_TARGET(target, NAME): `return &N_<TARGET>::NAME;` for the compiled target
+// equal to `target`; falls through otherwise. Our own table instead of Highway's
+// HWY_DYNAMIC_DISPATCH, whose chosen target is a process-wide global of libhwy.
+#define NK_TARGET_CASE(BIT, NS, NAME) \
+  case BIT:                           \
+    return NS::NAME;
+#if HWY_TARGETS & HWY_AVX3_DL
+#define NK_CASE_AVX3_DL(NAME) NK_TARGET_CASE(HWY_AVX3_DL, N_AVX3_DL, NAME)
+#else
+#define NK_CASE_AVX3_DL(NAME)
+#endif
+#if HWY_TARGETS & HWY_AVX3
+#define NK_CASE_AVX3(NAME) NK_TARGET_CASE(HWY_AVX3, N_AVX3, NAME)
+#else
+#define NK_CASE_AVX3(NAME)
+#endif
+#if HWY_TARGETS & HWY_AVX2
+#define NK_CASE_AVX2(NAME) NK_TARGET_CASE(HWY_AVX2, N_AVX2, NAME)
+#else
+#define NK_CASE_AVX2(NAME)
+#endif
+#if HWY_TARGETS & HWY_SSE4
+#define NK_CASE_SSE4(NAME) NK_TARGET_CASE(HWY_SSE4, N_SSE4, NAME)
+#else
+#define NK_CASE_SSE4(NAME)
+#endif
+#if HWY_TARGETS & HWY_SSSE3
+#define NK_CASE_SSSE3(NAME) NK_TARGET_CASE(HWY_SSSE3, N_SSSE3, NAME)
+#else
+#define NK_CASE_SSSE3(NAME)
+#endif
+#if HWY_TARGETS & HWY_NEON
+#define NK_CASE_NEON(NAME) NK_TARGET_CASE(HWY_NEON, N_NEON, NAME)
+#else
+#define NK_CASE_NEON(NAME)
+#endif
+#if HWY_TARGETS & HWY_EMU128
+#define NK_CASE_EMU128(NAME) NK_TARGET_CASE(HWY_EMU128, N_EMU128, NAME)
+#else
+#define NK_CASE_EMU128(NAME)
+#endif
+#if HWY_TARGETS & HWY_SCALAR
+#define NK_CASE_SCALAR(NAME) NK_TARGET_CASE(HWY_SCALAR, N_SCALAR, NAME)
+#else
+#define NK_CASE_SCALAR(NAME)
+#endif
+
+#define NK_SELECT_TARGET(target, NAME)                                    \
+  switch (target) {                                                      \
+    NK_CASE_AVX3_DL(NAME) NK_CASE_AVX3(NAME) NK_CASE_AVX2(NAME)          \
+    NK_CASE_SSE4(NAME) NK_CASE_SSSE3(NAME) NK_CASE_NEON(NAME)            \
+    NK_CASE_EMU128(NAME) NK_CASE_SCALAR(NAME) default : break;           \
+  }
+
+#endif  // NK_KERNELS_DISPATCH_H_

@@ -1,0 +1,15 @@
+// layernorm.h: the op layer of the LayerNorm family, below the C entry points.
+#ifndef NK_KERNELS_LAYERNORM_H_
+#define NK_KERNELS_LAYERNORM_H_
+
+#include "include/normkernels.h"
+#include "kernels/rownorm.h"
+
+namespace nk {
+
+// Runs a validated job on the current target with the configured threads.
+nk_status RunRowNorm(RowNormJob job);
+
+}  // namespace nk
+
+#endif  // NK_KERNELS_LAYERNORM_H_

@@ -1,0 +1,106 @@
+// moments.h: scalar Welford/Chan moments (count, mean, M2), their merge, and row statistics.
+#ifndef NK_KERNELS_MOMENTS_H_
+#define NK_KERNELS_MOMENTS_H_
+
+#include <cmath>
+#include <cstddef>
+
+namespace nk {
+
+// Moments of a set: count, mean and M2 = sum of squared deviations from the mean.
+// Uncentered (RMSNorm) moments keep mean = 0 and M2 = sum of squares; the same merge
+// then adds the sums.
+struct Moments {
+  double count;  // exact far beyond 2^24, unlike a float
+  float mean;
+  float m2;
+};
+
+// Chan et al.: the moments of the union of two disjoint sets. Either may be empty.
+// Equal means give exactly that mean (a constant set stays exact).
+inline Moments MergeMoments(const Moments& a, const Moments& b) {
+  if (a.count == 0) return b;
+  if (b.count == 0) return a;
+  const double n = a.count + b.count;
+  const float delta = b.mean - a.mean;
+  Moments r;
+  r.count = n;
+  r.mean = a.mean + delta * static_cast<float>(b.count / n);
+  r.m2 = a.m2 + b.m2 + delta * delta * static_cast<float>(a.count * b.count / n);
+  return r;
+}
+
+// Merges leaf(lo) .. leaf(hi - 1) in a fixed pairwise tree (hi > lo): the order, and
+// so the bits, depend only on the number of leaves, never on who computed them.
+template <class Leaf>
+Moments MergePairwise(size_t lo, size_t hi, const Leaf& leaf) {
+  if (hi - lo == 1) return leaf(lo);
+  const size_t mid = lo + (hi - lo) / 2;
+  return MergeMoments(MergePairwise(lo, mid, leaf), MergePairwise(mid, hi, leaf));
+}
+
+// Long rows are split into chunks of this many elements, whose moments are merged
+// pairwise. The split is part of the result's definition (it does not depend on the
+// thread count), and lets one row be spread over threads. A multiple of every
+// target's block of elements.
+constexpr size_t kChunk = 16384;
+
+inline size_t NumChunks(size_t cols) { return (cols + kChunk - 1) / kChunk; }
+
+// A power of two s with max_abs * s in [0.5, 1): rows whose squares overflow are
+// redone on x * s, which is exact.
+inline float RescaleFor(float max_abs) {
+  int e;
+  std::frexp(max_abs, &e);
+  return std::ldexp(1.0f, -e);
+}
+
+// What normalizing a row needs, in the units of the (possibly rescaled) source
+// x * scale, and what is reported to the caller, in the units of x.
+struct RowStats {
+  float scale;     // 1, or the power of two of the rescaled slow path
+  float mean;      // of x * scale (0 for RMSNorm)
+  float rstd;      // 1 / sqrt(var(x * scale) + eps * scale^2)
+  float mean_out;  // mean of x
+  float rstd_out;  // rstd (rrms) of x
+};
+
+inline RowStats FinalizeRow(const Moments& m, float scale, float eps) {
+  RowStats s;
+  s.scale = scale;
+  s.mean = m.mean;
+  const float var = static_cast<float>(static_cast<double>(m.m2) / m.count);
+  s.rstd = 1.0f / std::sqrt(var + eps * scale * scale);
+  s.mean_out = m.mean / scale;
+  s.rstd_out = s.rstd * scale;
+  return s;
+}
+
+// Row statistics from per-chunk callbacks:
+//   moments(c0, n, scale, first_pass) -> Moments of elements [c0, c0 + n) times scale;
+//   max_abs(c0, n) -> max |x| over them.
+// When finite data overflows the fast path (|x| ~ 1e19 and beyond), the row is
+// measured again scaled by a power of two, so mean and rstd stay finite.
+template <class MomentsFn, class MaxAbsFn>
+RowStats RowStatistics(size_t cols, float eps, const Moments& first,
+                       const MomentsFn& moments, const MaxAbsFn& max_abs) {
+  if (std::isfinite(first.mean) && std::isfinite(first.m2)) {
+    return FinalizeRow(first, 1.0f, eps);
+  }
+  float m = 0.0f;
+  for (size_t c0 = 0; c0 < cols; c0 += kChunk) {
+    const float a = max_abs(c0, cols - c0 < kChunk ? cols - c0 : kChunk);
+    m = (a > m || std::isnan(a)) ? a : m;
+  }
+  if (!std::isfinite(m) || m == 0.0f) return FinalizeRow(first, 1.0f, eps);
+  const float scale = RescaleFor(m);
+  const Moments scaled = MergePairwise(0, NumChunks(cols), [&](size_t k) {
+    const size_t c0 = k * kChunk;
+    return moments(c0, cols - c0 < kChunk ? cols - c0 : kChunk, scale, false);
+  });
+  return FinalizeRow(scaled, scale, eps);
+}
+
+}  // namespace nk
+
+#endif  // NK_KERNELS_MOMENTS_H_

@@ -1,0 +1,189 @@
+// rownorm-inl.h: the LayerNorm family's row path, per target: sum store, statistics
+// and normalization of a row or a chunk of one. LayerNorm / RMSNorm (kCenter) and the
+// presence of gamma / beta are template parameters, chosen once per call.
+#if defined(NK_KERNELS_ROWNORM_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef NK_KERNELS_ROWNORM_INL_H_
+#undef NK_KERNELS_ROWNORM_INL_H_
+#else
+#define NK_KERNELS_ROWNORM_INL_H_
+#endif
+
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "kernels/moments-inl.h"
+#include "kernels/moments.h"
+#include "kernels/rownorm.h"
+#include "kernels/sources-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace nk {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Calls fn(center, gamma, beta) with std::integral_constant<bool> arguments for
+// the job's variant: one branch per call, none in the loops.
+template <class Fn>
+HWY_INLINE void VisitVariant(const RowNormJob& job, const Fn& fn) {
+  using T = std::true_type;
+  using F = std::false_type;
+  if (!job.center) {
+    if (job.gamma) return fn(F(), T(), F());
+    return fn(F(), F(), F());
+  }
+  if (job.gamma) {
+    if (job.beta) return fn(T(), T(), T());
+    return fn(T(), T(), F());
+  }
+  if (job.beta) return fn(T(), F(), T());
+  return fn(T(), F(), F());
+}
+
+// Calls fn(src) with the source that row `row` is normalized from, once the fused
+// forms' sum has been stored (their first pass).
+template <class Fn>
+HWY_INLINE void WithRowSource(const RowNormJob& job, size_t row, const Fn& fn) {
+  const size_t off = row * job.cols;
+  if (job.residual == nullptr) return fn(F32Source{job.x + off});
+  if (job.sum != nullptr) return fn(F32Source{job.sum + off});
+  return fn(AddSource{job.x + off, job.residual + off});
+}
+
+// sum = x + residual over elements [c0, c0 + n) of a row. sum may be x or residual.
+HWY_INLINE void StoreSum(const RowNormJob& job, size_t row, size_t c0, size_t n) {
+  const size_t off = row * job.cols;
+  const float* x = job.x + off;
+  const float* r = job.residual + off;
+  float* s = job.sum + off;
+  ForEachVector(hn::ScalableTag<float>(), c0, c0 + n, [&](auto d, size_t i) HWY_ATTR {
+    hn::StoreU(hn::Add(hn::LoadU(d, x + i), hn::LoadU(d, r + i)), d, s + i);
+  });
+}
+
+template <bool kCenter>
+Moments ChunkMomentsT(const RowNormJob& job, size_t row, size_t c0, size_t n,
+                      float scale, bool first_pass) {
+  const hn::ScalableTag<float> d;
+  if (first_pass && job.residual != nullptr && job.sum != nullptr) {
+    StoreSum(job, row, c0, n);
+  }
+  Moments m;
+  WithRowSource(job, row, [&](const auto& src) HWY_ATTR {
+    using Src = std::decay_t<decltype(src)>;
+    if (scale == 1.0f) {
+      m = SpanMoments<kCenter>(d, src, c0, n);
+    } else {
+      m = SpanMoments<kCenter>(d, ScaledSource<Src>{src, scale}, c0, n);
+    }
+  });
+  return m;
+}
+
+// y = ((s - mean) * rstd) * gamma + beta over [c0, c0 + n) (RMSNorm: no mean).
+template <bool kCenter, bool kGamma, bool kBeta, class Src>
+HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
+                              const float* HWY_RESTRICT beta, float mean, float rstd,
+                              bool stream, size_t c0, size_t n, float* y) {
+  const auto normalized = [&](auto d, size_t i) HWY_ATTR {
+    auto v = src.Load(d, i);
+    if (kCenter) v = hn::Sub(v, hn::Set(d, mean));
+    v = hn::Mul(v, hn::Set(d, rstd));
+    if (kGamma && kBeta) return hn::MulAdd(v, hn::LoadU(d, gamma + i), hn::LoadU(d, beta + i));
+    if (kGamma) return hn::Mul(v, hn::LoadU(d, gamma + i));
+    if (kBeta) return hn::Add(v, hn::LoadU(d, beta + i));
+    return v;
+  };
+  const auto store = [&](auto d, size_t i) HWY_ATTR {
+    hn::StoreU(normalized(d, i), d, y + i);
+  };
+  const hn::ScalableTag<float> d;
+  size_t i = c0;
+  const size_t end = c0 + n;
+  // Non-temporal stores for outputs far larger than the cache: peel to alignment.
+  if (stream && reinterpret_cast<uintptr_t>(y) % sizeof(float) == 0) {
+    const size_t N = hn::Lanes(d);
+    const hn::CappedTag<float, 1> d1;
+    for (; i < end && reinterpret_cast<uintptr_t>(y + i) % (N * sizeof(float)) != 0; ++i) {
+      store(d1, i);
+    }
+    for (; i + N <= end; i += N) hn::Stream(normalized(d, i), d, y + i);
+  }
+  ForEachVector(d, i, end, store);
+}
+
+template <bool kCenter, bool kGamma, bool kBeta>
+void ApplyT(const RowNormJob& job, size_t row, size_t c0, size_t n,
+            const RowStats& st) {
+  float* y = job.y + row * job.cols;
+  WithRowSource(job, row, [&](const auto& src) HWY_ATTR {
+    using Src = std::decay_t<decltype(src)>;
+    if (st.scale == 1.0f) {
+      NormalizeSpan<kCenter, kGamma, kBeta>(src, job.gamma, job.beta, st.mean, st.rstd,
+                                            job.stream, c0, n, y);
+    } else {
+      NormalizeSpan<kCenter, kGamma, kBeta>(ScaledSource<Src>{src, st.scale}, job.gamma,
+                                            job.beta, st.mean, st.rstd, job.stream,
+                                            c0, n, y);
+    }
+  });
+}
+
+float RowMaxAbs(const RowNormJob& job, size_t row, size_t c0, size_t n) {
+  float m = 0.0f;
+  WithRowSource(job, row, [&](const auto& src) HWY_ATTR {
+    m = SpanMaxAbs(hn::ScalableTag<float>(), src, c0, n);
+  });
+  return m;
+}
+
+Moments RowChunkMoments(const RowNormJob& job, size_t row, size_t c0, size_t n,
+                        float scale, bool first_pass) {
+  return job.center ? ChunkMomentsT<true>(job, row, c0, n, scale, first_pass)
+                    : ChunkMomentsT<false>(job, row, c0, n, scale, first_pass);
+}
+
+void RowApply(const RowNormJob& job, size_t row, size_t c0, size_t n,
+              const RowStats& st) {
+  VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
+    ApplyT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
+        job, row, c0, n, st);
+  });
+  if (job.stream) hwy::FlushStream();
+}
+
+template <bool kCenter, bool kGamma, bool kBeta>
+void RowsT(const RowNormJob& job, size_t r0, size_t r1) {
+  const size_t cols = job.cols;
+  for (size_t r = r0; r < r1; ++r) {
+    const auto moments = [&](size_t c0, size_t n, float scale, bool first_pass) {
+      return ChunkMomentsT<kCenter>(job, r, c0, n, scale, first_pass);
+    };
+    const Moments first = MergePairwise(0, NumChunks(cols), [&](size_t k) {
+      const size_t c0 = k * kChunk;
+      return moments(c0, cols - c0 < kChunk ? cols - c0 : kChunk, 1.0f, true);
+    });
+    const RowStats st = RowStatistics(
+        cols, job.eps, first, moments,
+        [&](size_t c0, size_t n) { return RowMaxAbs(job, r, c0, n); });
+    ApplyT<kCenter, kGamma, kBeta>(job, r, 0, cols, st);
+    if (job.mean != nullptr) job.mean[r] = st.mean_out;
+    if (job.rstd != nullptr) job.rstd[r] = st.rstd_out;
+  }
+}
+
+void Rows(const RowNormJob& job, size_t r0, size_t r1) {
+  VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
+    RowsT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
+        job, r0, r1);
+  });
+  if (job.stream) hwy::FlushStream();
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace nk
+HWY_AFTER_NAMESPACE();
+
+#endif  // NK_KERNELS_ROWNORM_INL_H_

@@ -1,0 +1,50 @@
+// rownorm.h: the job description and per-target kernel table of the LayerNorm family
+// (LayerNorm, RMSNorm and their fused residual-add forms share one row path).
+#ifndef NK_KERNELS_ROWNORM_H_
+#define NK_KERNELS_ROWNORM_H_
+
+#include <cstddef>
+
+#include "kernels/moments.h"
+
+namespace nk {
+
+// One validated call, as plain data. Pointers are row-major [rows][cols]; optional
+// ones are nullptr.
+struct RowNormJob {
+  bool center;              // LayerNorm (x - mean); false: RMSNorm
+  size_t rows, cols;
+  const float* x;
+  const float* residual;    // fused add: s = x + residual is normalized
+  const float* gamma;       // [cols]
+  const float* beta;        // [cols], LayerNorm only
+  float eps;
+  float* sum;               // receives s in the fused forms
+  float* y;
+  float* mean;              // [rows]
+  float* rstd;              // [rows], rrms for RMSNorm
+  bool stream;              // write y with non-temporal stores
+};
+
+// What one Highway target provides. The op layer (layernorm.cc) partitions the work
+// and calls these; every function is thread-safe on disjoint rows or chunks.
+struct RowNormKernels {
+  // Normalizes rows [r0, r1) completely, statistics outputs included.
+  void (*rows)(const RowNormJob& job, size_t r0, size_t r1);
+  // Moments of elements [c0, c0 + n) of a row, times `scale`. With first_pass, the
+  // fused forms first store s = x + residual to job.sum (when requested).
+  Moments (*moments)(const RowNormJob& job, size_t row, size_t c0, size_t n,
+                     float scale, bool first_pass);
+  // max |s| over elements [c0, c0 + n) of a row (NaN if any is NaN).
+  float (*max_abs)(const RowNormJob& job, size_t row, size_t c0, size_t n);
+  // Writes y for elements [c0, c0 + n) of a row.
+  void (*apply)(const RowNormJob& job, size_t row, size_t c0, size_t n,
+                const RowStats& stats);
+};
+
+// The table of `target` (a single HWY_* bit that this library compiled).
+const RowNormKernels& RowNormKernelsFor(long long target);
+
+}  // namespace nk
+
+#endif  // NK_KERNELS_ROWNORM_H_

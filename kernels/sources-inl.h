@@ -1,0 +1,63 @@
+// sources-inl.h: what a row is read from (x, x + residual, rescaled), per target.
+// A source loads the row's elements [i, i + Lanes(d)) as fp32; the bf16 sources
+// will widen here, so statistics and normalization code is written once.
+#if defined(NK_KERNELS_SOURCES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef NK_KERNELS_SOURCES_INL_H_
+#undef NK_KERNELS_SOURCES_INL_H_
+#else
+#define NK_KERNELS_SOURCES_INL_H_
+#endif
+
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace nk {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+struct F32Source {
+  const float* x;
+  template <class D>
+  HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
+    return hn::LoadU(d, x + i);
+  }
+};
+
+// The fused residual step without a stored sum: s = x + residual, recomputed.
+struct AddSource {
+  const float* x;
+  const float* residual;
+  template <class D>
+  HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
+    return hn::Add(hn::LoadU(d, x + i), hn::LoadU(d, residual + i));
+  }
+};
+
+// The overflow slow path: the source times a power of two (exact).
+template <class Src>
+struct ScaledSource {
+  Src src;
+  float scale;
+  template <class D>
+  HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
+    return hn::Mul(src.Load(d, i), hn::Set(d, scale));
+  }
+};
+
+// Calls f(d, i) for each full vector of [begin, end) and f(d1, i) for each
+// element of the tail, so no access leaves the caller's buffers (no masked or
+// full-width loads past the end on targets where those may fault).
+template <class D, class Func>
+HWY_INLINE void ForEachVector(D d, size_t begin, size_t end, const Func& f) {
+  const size_t N = hn::Lanes(d);
+  size_t i = begin;
+  for (; i + N <= end; i += N) f(d, i);
+  const hn::CappedTag<float, 1> d1;
+  for (; i < end; ++i) f(d1, i);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace nk
+HWY_AFTER_NAMESPACE();
+
+#endif  // NK_KERNELS_SOURCES_INL_H_

@@ -1,0 +1,58 @@
+// validate.h: argument checks of the C entry points, in the order c-abi.md fixes:
+// scalars -> shapes -> NULL pointers -> overlaps. The first failure is kept (and
+// later checks skipped), with a message naming the function, argument and rule.
+#ifndef NK_KERNELS_VALIDATE_H_
+#define NK_KERNELS_VALIDATE_H_
+
+#include <cstddef>
+#include <initializer_list>
+
+#include "include/normkernels.h"
+
+namespace nk {
+
+// A tensor argument, for the overlap check.
+struct Buffer {
+  const char* name;
+  const void* data;
+  size_t bytes;
+  bool output;
+};
+
+// Two arguments that may be the same memory exactly (same pointer and extent).
+struct Alias {
+  const char* a;
+  const char* b;
+};
+
+class Validator {
+ public:
+  explicit Validator(const char* function) : function_(function) {}
+
+  nk_status status() const { return status_; }
+  bool failed() const { return status_ != NK_OK; }
+
+  // eps must be finite and >= 0.
+  Validator& Eps(float eps);
+  // value != 0; `rule` says why, e.g. "a row must have at least one element".
+  Validator& NonZero(size_t value, const char* name, const char* rule);
+  // a * b elements of elem_size bytes must fit size_t; stores a * b to *product.
+  Validator& Product(size_t a, const char* a_name, size_t b, const char* b_name,
+                     size_t elem_size, size_t* product);
+  Validator& NotNull(const void* p, const char* name);
+  // No output may overlap another buffer, except an `allowed` pair exactly.
+  // NULL or empty buffers take no part.
+  Validator& NoOverlap(std::initializer_list<Buffer> buffers,
+                       std::initializer_list<Alias> allowed);
+
+ private:
+  Validator& Fail(nk_status status, const char* format, ...)
+      __attribute__((format(printf, 3, 4)));
+
+  const char* function_;
+  nk_status status_ = NK_OK;
+};
+
+}  // namespace nk
+
+#endif  // NK_KERNELS_VALIDATE_H_
