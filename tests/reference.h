@@ -1,0 +1,92 @@
+// reference.h: the scalar long-double oracle of the LayerNorm family and the
+// accuracy bound of design.md. Shares no code with the kernels.
+#ifndef NK_TESTS_REFERENCE_H_
+#define NK_TESTS_REFERENCE_H_
+
+#include <cmath>
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace nk_test {
+
+// What one row normalization should give, in long double.
+struct RowRef {
+  std::vector<long double> y, xhat;
+  long double mean = 0, rstd = 0;
+  long double max_abs = 0;  // M of the bound
+};
+
+// s = x (+ residual, rounded to fp32 as the kernels store it), then LayerNorm
+// (center) or RMSNorm of s with gamma / beta (nullptr = ones / zeros).
+inline RowRef ReferenceRow(bool center, size_t cols, const float* x,
+                           const float* residual, const float* gamma,
+                           const float* beta, float eps) {
+  RowRef r;
+  std::vector<long double> s(cols);
+  for (size_t i = 0; i < cols; ++i) {
+    s[i] = residual ? static_cast<long double>(x[i] + residual[i]) : x[i];
+    r.max_abs = std::fmax(r.max_abs, std::fabs(s[i]));
+    if (std::isnan(s[i])) r.max_abs = NAN;
+  }
+  long double mean = 0;
+  if (center) {
+    for (size_t i = 0; i < cols; ++i) mean += s[i];
+    mean /= cols;
+  }
+  long double var = 0;
+  for (size_t i = 0; i < cols; ++i) var += (s[i] - mean) * (s[i] - mean);
+  var /= cols;
+  // The kernels add eps in fp32 to an fp32 variance; the reference does it exactly.
+  r.mean = mean;
+  r.rstd = 1.0L / std::sqrt(var + static_cast<long double>(eps));
+  r.xhat.resize(cols);
+  r.y.resize(cols);
+  for (size_t i = 0; i < cols; ++i) {
+    r.xhat[i] = (s[i] - mean) * r.rstd;
+    r.y[i] = r.xhat[i] * (gamma ? gamma[i] : 1.0L) + (beta ? beta[i] : 0.0L);
+  }
+  return r;
+}
+
+constexpr long double kU = 1.0L / (1 << 24);  // fp32 unit roundoff
+
+inline long double Lg(size_t n) {
+  long double lg = std::ceil(std::log2(static_cast<long double>(n)));
+  return lg < 1 ? 1 : lg;
+}
+
+// design.md, Numerics: the bound on each output element.
+inline long double BoundY(size_t n, const RowRef& r, size_t i, float gamma,
+                          float beta) {
+  return 4 * kU * Lg(n) * std::fabs(gamma) * (r.max_abs * r.rstd + std::fabs(r.xhat[i])) +
+         3 * kU * (std::fabs(r.y[i]) + std::fabs(beta)) + 1e-30L;
+}
+inline long double BoundMean(size_t n, const RowRef& r) {
+  return 4 * kU * Lg(n) * r.max_abs;
+}
+inline long double BoundRstd(size_t n, const RowRef& r) {
+  const long double mr = r.max_abs * r.rstd;
+  return 4 * kU * Lg(n) * (1 + mr * mr) * r.rstd;
+}
+
+// Whether `got` meets `want` within `bound`; a non-finite `want` needs the same
+// class (NaN for NaN, the same infinity for an infinity). In a row holding a NaN or
+// an infinity the bound is meaningless (NaN): a finite `want` is then met exactly.
+inline bool Meets(float got, long double want, long double bound) {
+  if (std::isnan(bound)) bound = 0;
+  if (std::isnan(want)) return std::isnan(got);
+  if (std::isinf(want)) return got == want;
+  return std::isfinite(got) && std::fabs(got - want) <= bound;
+}
+
+// The same for a statistic: a mean of a row holding an infinity may come out as NaN
+// (Welford's x - mean is Inf - Inf) where the plain sum gives the infinity.
+inline bool MeetsStat(float got, long double want, long double bound) {
+  if (std::isinf(want)) return got == want || std::isnan(got);
+  return Meets(got, want, bound);
+}
+
+}  // namespace nk_test
+
+#endif  // NK_TESTS_REFERENCE_H_

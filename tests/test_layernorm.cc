@@ -1,0 +1,285 @@
+// test_layernorm.cc: the four LayerNorm-family forwards against the long-double
+// reference, under every ISA: tails, alignment, optional arguments, in place, non-finite
+// and ill-conditioned rows, thread-count independence, and the seed document's example.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "reference.h"
+#include "rownorm_case.h"
+#include "test_util.h"
+
+namespace nk_test {
+namespace {
+
+class LayerNormTest : public IsaTest {};
+NK_INSTANTIATE_FOR_EACH_ISA(LayerNormTest);
+
+TEST_P(LayerNormTest, EveryLengthUpTo67) {
+  for (Op op : kAllOps) {
+    for (size_t cols = 1; cols <= 67; ++cols) {
+      Case c;
+      c.op = op;
+      c.rows = 3;
+      c.cols = cols;
+      c.misalign = cols % 4;
+      ASSERT_GE(CheckCase(c), 0);
+    }
+  }
+}
+
+TEST_P(LayerNormTest, PrimesAndLongRows) {
+  for (Op op : kAllOps) {
+    for (size_t cols : {97, 127, 251, 257, 509, 1021, 4093, 4096, 16411, 100003}) {
+      Case c;
+      c.op = op;
+      c.rows = cols > 20000 ? 2 : 5;
+      c.cols = cols;
+      c.misalign = 1;
+      ASSERT_GE(CheckCase(c), 0);
+    }
+  }
+}
+
+TEST_P(LayerNormTest, OptionalGammaBetaAndStatistics) {
+  for (Op op : kAllOps) {
+    for (size_t cols : {5, 64, 300}) {
+      for (int mask = 0; mask < 8; ++mask) {
+        Case c;
+        c.op = op;
+        c.rows = 4;
+        c.cols = cols;
+        c.gamma = mask & 1;
+        c.beta = mask & 2;
+        c.stats = mask & 4;
+        ASSERT_GE(CheckCase(c), 0);
+      }
+    }
+  }
+}
+
+TEST_P(LayerNormTest, Misaligned) {
+  for (Op op : kAllOps) {
+    for (size_t misalign : {0, 1, 2, 3, 5, 7, 15}) {
+      Case c;
+      c.op = op;
+      c.rows = 3;
+      c.cols = 129;
+      c.misalign = misalign;
+      ASSERT_GE(CheckCase(c), 0);
+    }
+  }
+}
+
+TEST_P(LayerNormTest, InPlace) {
+  for (Op op : kAllOps) {
+    for (size_t cols : {3, 64, 1000, 20000}) {
+      std::vector<Alias> aliases = {Alias::kYIsX};
+      if (Fused(op)) aliases = {Alias::kYIsX, Alias::kSumXYRes, Alias::kSumResYX,
+                                Alias::kNoSum};
+      for (Alias a : aliases) {
+        Case c;
+        c.op = op;
+        c.rows = 3;
+        c.cols = cols;
+        c.alias = a;
+        ASSERT_GE(CheckCase(c), 0);
+      }
+    }
+  }
+}
+
+TEST_P(LayerNormTest, NonFiniteValuesStayInTheirRow) {
+  for (Op op : kAllOps) {
+    for (size_t cols : {1, 7, 64, 333}) {
+      for (float bad : {NAN, INFINITY, -INFINITY}) {
+        Case c;
+        c.op = op;
+        c.rows = 4;
+        c.cols = cols;
+        // Row 1 has one bad value, row 2 is bad throughout; rows 0 and 3 are clean.
+        c.fill = [&](Buffer& x, Buffer&) {
+          x[1 * cols + cols / 2] = bad;
+          for (size_t i = 0; i < cols; ++i) x[2 * cols + i] = bad;
+        };
+        ASSERT_GE(CheckCase(c), 0);
+      }
+    }
+  }
+}
+
+// A constant row has mean == the constant exactly and y == beta exactly.
+TEST_P(LayerNormTest, ConstantRowsGiveExactlyBeta) {
+  for (Op op : {Op::kLayerNorm, Op::kAddLayerNorm}) {
+    for (size_t cols : {1, 2, 3, 17, 64, 255, 4096, 100003}) {
+      for (float v : {0.0f, 0.1f, -7.25f, 3.3e5f, 1e30f, 1e-30f}) {
+        Case c;
+        c.op = op;
+        c.rows = 2;
+        c.cols = cols;
+        c.fill = [&](Buffer& x, Buffer& r) {
+          x.Fill(v);
+          r.Fill(0.0f);
+        };
+        std::vector<float> xs, rs, gs, bs;
+        const Result r = RunCase(c, &xs, &rs, &gs, &bs);
+        SCOPED_TRACE(c.Describe());
+        for (size_t row = 0; row < c.rows; ++row) {
+          ASSERT_TRUE(SameBits(r.mean[row], v)) << r.mean[row] << " vs " << v;
+          ASSERT_EQ(r.rstd[row], 1.0f / std::sqrt(1e-5f));
+          for (size_t i = 0; i < cols; ++i) {
+            ASSERT_EQ(r.y[row * cols + i], bs[i]) << "col " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(LayerNormTest, IllConditionedRows) {
+  for (Op op : kAllOps) {
+    for (size_t cols : {64, 4096, 100003}) {
+      Case c;
+      c.op = op;
+      c.rows = 2;
+      c.cols = cols;
+      c.fill = [&](Buffer& x, Buffer& r) {
+        FillNormal(x, Seed(cols), 1e4f, 1.0f);
+        r.Fill(0.0f);
+      };
+      ASSERT_GE(CheckCase(c), 0);
+    }
+  }
+}
+
+// One Welford chain per lane over a long sorted ramp drifts beyond the bound; the
+// pairwise tree does not.
+TEST_P(LayerNormTest, SortedRamp) {
+  for (Op op : {Op::kLayerNorm, Op::kRmsNorm}) {
+    Case c;
+    c.op = op;
+    c.rows = 1;
+    c.cols = 100003;
+    c.fill = [&](Buffer& x, Buffer&) {
+      for (size_t i = 0; i < c.cols; ++i) {
+        x[i] = static_cast<float>(1e4 + (-1.7 + 3.4 * i / (c.cols - 1)));
+      }
+    };
+    ASSERT_GE(CheckCase(c), 0);
+  }
+}
+
+// Rows whose squares overflow fp32 take the rescaled path and stay finite.
+TEST_P(LayerNormTest, HugeValues) {
+  for (Op op : kAllOps) {
+    for (size_t cols : {2, 33, 4096, 100003}) {
+      for (float scale : {1e19f, 1e30f, 5e37f}) {  // |N(0,1)| < 6 here: finite
+        Case c;
+        c.op = op;
+        c.rows = 2;
+        c.cols = cols;
+        c.fill = [&](Buffer& x, Buffer& r) {
+          FillNormal(x, Seed(cols + 7), 0.0f, 1.0f);
+          for (size_t i = 0; i < x.size(); ++i) x[i] *= scale;
+          for (size_t i = 0; i < x.size(); i += 3) x[i] = i % 2 ? 3.4e38f : -3.4e38f;
+          r.Fill(0.0f);
+        };
+        ASSERT_GE(CheckCase(c), 0);
+      }
+    }
+  }
+}
+
+TEST_P(LayerNormTest, TinyValues) {
+  for (Op op : kAllOps) {
+    Case c;
+    c.op = op;
+    c.rows = 2;
+    c.cols = 77;
+    c.eps = 0.0f;
+    c.fill = [&](Buffer& x, Buffer& r) {
+      for (size_t i = 0; i < x.size(); ++i) x[i] *= 1e-18f;
+      r.Fill(0.0f);
+    };
+    ASSERT_GE(CheckCase(c), 0);
+  }
+}
+
+// The same inputs give the same bits with 1, 2 and 3 threads: row partitions, the
+// chunked long-row path, and the rescaled slow path inside it.
+TEST_P(LayerNormTest, BitwiseEqualAcrossThreadCounts) {
+  struct Shape {
+    size_t rows, cols;
+    float scale;
+  };
+  for (Op op : kAllOps) {
+    for (Shape s : {Shape{64, 4096, 1}, Shape{1000, 64, 1}, Shape{1, size_t{1} << 20, 1},
+                    Shape{3, 100003, 1}, Shape{2, 100003, 1e30f}}) {
+      Result first;
+      for (int threads : {1, 2, 3}) {
+        ASSERT_EQ(nk_set_num_threads(threads), NK_OK);
+        Case c;
+        c.op = op;
+        c.rows = s.rows;
+        c.cols = s.cols;
+        c.fill = [&](Buffer& x, Buffer&) {
+          for (size_t i = 0; i < x.size(); ++i) x[i] = x[i] * s.scale + 3.0f;
+        };
+        SCOPED_TRACE(c.Describe());
+        const Result r = RunCase(c);
+        if (threads == 1) {
+          first = r;
+          continue;
+        }
+        ASSERT_EQ(0, std::memcmp(r.y.data(), first.y.data(), r.y.size() * sizeof(float)));
+        ASSERT_EQ(0, std::memcmp(r.sum.data(), first.sum.data(),
+                                 r.sum.size() * sizeof(float)));
+        ASSERT_EQ(0, std::memcmp(r.rstd.data(), first.rstd.data(),
+                                 r.rstd.size() * sizeof(float)));
+        if (Centered(op)) {
+          ASSERT_EQ(0, std::memcmp(r.mean.data(), first.mean.data(),
+                                   r.mean.size() * sizeof(float)));
+        }
+      }
+      if (s.scale == 1 && s.rows * s.cols <= 400000) {
+        Case c;
+        c.op = op;
+        c.rows = s.rows;
+        c.cols = s.cols;
+        ASSERT_GE(CheckCase(c), 0);
+      }
+    }
+  }
+}
+
+// Seed 000 (Chinese LayerNorm tutorial): nn.LayerNorm(3) over a [2, 4, 3] embedding,
+// outputs printed to 4 decimals.
+TEST_P(LayerNormTest, SeedDocumentExample) {
+  const float x[24] = {1, 1, 2, 2, 0, 0, 0, 0, 1, 0, 1, 0,
+                       1, 0, 1, 1, 1, 2, 1, 0, 2, 0, 2, 2};
+  const float printed[24] = {
+      -0.7071f, -0.7071f, 1.4142f,  1.4142f,  -0.7071f, -0.7071f,
+      -0.7071f, -0.7071f, 1.4142f,  -0.7071f, 1.4142f,  -0.7071f,
+      0.7071f,  -1.4142f, 0.7071f,  -0.7071f, -0.7071f, 1.4142f,
+      0.0000f,  -1.2247f, 1.2247f,  -1.4142f, 0.7071f,  0.7071f};
+  float y[24];
+  ASSERT_EQ(nk_layernorm_forward_f32(8, 3, x, nullptr, nullptr, 1e-5f, y, nullptr,
+                                     nullptr),
+            NK_OK);
+  for (int i = 0; i < 24; ++i) EXPECT_NEAR(y[i], printed[i], 5e-5) << "element " << i;
+  // The tutorial's first sample: means 1.3333, 0.6667, 0.3333, 0.3333 and variances
+  // 0.2222, 0.8889, 0.2222, 0.2222.
+  float mean[8], rstd[8];
+  ASSERT_EQ(nk_layernorm_forward_f32(8, 3, x, nullptr, nullptr, 0.0f, y, mean, rstd),
+            NK_OK);
+  const float means[4] = {1.3333f, 0.6667f, 0.3333f, 0.3333f};
+  const float vars[4] = {0.2222f, 0.8889f, 0.2222f, 0.2222f};
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NEAR(mean[r], means[r], 5e-5);
+    EXPECT_NEAR(1.0f / (rstd[r] * rstd[r]), vars[r], 5e-5);
+  }
+}
+
+}  // namespace
+}  // namespace nk_test

@@ -1,0 +1,97 @@
+// test_util.h: what every kernel test needs: a suite per ISA, exact-size buffers at
+// chosen misalignments, seeded data.
+#ifndef NK_TESTS_TEST_UTIL_H_
+#define NK_TESTS_TEST_UTIL_H_
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "normkernels.h"
+
+namespace nk_test {
+
+// Every ISA this CPU runs and the library contains, best first.
+inline std::vector<std::string> Isas() {
+  const size_t n = nk_list_isas(nullptr, 0);
+  std::vector<const char*> names(n);
+  nk_list_isas(names.data(), n);
+  return std::vector<std::string>(names.begin(), names.end());
+}
+
+// A value-parameterized fixture that selects its ISA (and checks it took effect)
+// and restores the defaults afterwards.
+class IsaTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(nk_set_isa(GetParam().c_str()), NK_OK) << nk_last_error();
+    ASSERT_STREQ(nk_get_isa(), GetParam().c_str());
+  }
+  void TearDown() override {
+    nk_set_isa(nullptr);
+    nk_set_num_threads(0);
+  }
+};
+
+inline std::string IsaName(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param;
+}
+
+#define NK_INSTANTIATE_FOR_EACH_ISA(suite) \
+  INSTANTIATE_TEST_SUITE_P(Isa, suite, ::testing::ValuesIn(::nk_test::Isas()), \
+                           ::nk_test::IsaName)
+
+// A float buffer of exactly `n` elements that starts `misalign` floats past a
+// 64-byte boundary, so a sanitizer sees any access past either end.
+class Buffer {
+ public:
+  Buffer(size_t n, size_t misalign = 0) : n_(n) {
+    const size_t bytes = (n + misalign) * sizeof(float);
+    void* p = nullptr;
+    if (posix_memalign(&p, 64, bytes == 0 ? 64 : bytes) != 0) throw std::bad_alloc();
+    raw_.reset(static_cast<float*>(p));
+    data_ = raw_.get() + misalign;
+    Fill(std::numeric_limits<float>::quiet_NaN());
+  }
+  float* data() { return data_; }
+  const float* data() const { return data_; }
+  size_t size() const { return n_; }
+  float& operator[](size_t i) { return data_[i]; }
+  float operator[](size_t i) const { return data_[i]; }
+  void Fill(float v) {
+    for (size_t i = 0; i < n_; ++i) data_[i] = v;
+  }
+  void CopyFrom(const Buffer& other) {
+    std::memcpy(data_, other.data_, n_ * sizeof(float));
+  }
+
+ private:
+  struct Free {
+    void operator()(float* p) const { free(p); }
+  };
+  std::unique_ptr<float, Free> raw_;
+  float* data_;
+  size_t n_;
+};
+
+// The seed of a test's data, printed by gtest on failure through SCOPED_TRACE.
+inline uint32_t Seed(size_t salt) { return static_cast<uint32_t>(0x6e4ef93bu ^ (salt * 2654435761u)); }
+
+inline void FillNormal(Buffer& b, uint32_t seed, float mean = 0.0f, float sd = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(mean, sd);
+  for (size_t i = 0; i < b.size(); ++i) b[i] = dist(rng);
+}
+
+inline bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+}  // namespace nk_test
+
+#endif  // NK_TESTS_TEST_UTIL_H_
