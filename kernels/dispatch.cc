@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "hwy/targets.h"
+#include "kernels/cpu_targets.h"
 #include "include/normkernels.h"
 #include "kernels/errors.h"
 
@@ -26,7 +27,10 @@ constexpr const char* kKnownTargetNames[] = {
     "Z14",      "WASM_EMU256", "WASM",  "RVV",   "EMU128",   "SCALAR"};
 
 // Compiled in and supported by this CPU. Highway's lower bits are better targets.
-int64_t Available() { return hwy::SupportedTargets() & HWY_TARGETS; }
+int64_t Available() {
+  static const int64_t available = CpuTargets() & HWY_TARGETS;
+  return available;
+}
 
 int64_t Best() {
   const int64_t a = Available();

@@ -123,7 +123,11 @@ Moments SpanMoments(D d, const Src& src, size_t begin, size_t n) {
   const size_t nblocks = n / (K * N);
   Moments result = {0.0, 0.0f, 0.0f};
 
-  if (nblocks != 0) {
+  if (nblocks == 1) {
+    V mean, m2;
+    BlockMoments<kCenter>(d, src, begin, K, mean, m2);
+    result = ReduceLanes<kCenter>(d, mean, m2, static_cast<float>(K));
+  } else if (nblocks > 1) {
     // Level l of the stack holds the moments of 2^l blocks; block b completes the
     // levels given by the trailing ones of b.
     constexpr size_t kLevels = 48;

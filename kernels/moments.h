@@ -69,7 +69,7 @@ inline RowStats FinalizeRow(const Moments& m, float scale, float eps) {
   RowStats s;
   s.scale = scale;
   s.mean = m.mean;
-  const float var = static_cast<float>(static_cast<double>(m.m2) / m.count);
+  const float var = m.m2 / static_cast<float>(m.count);
   s.rstd = 1.0f / std::sqrt(var + eps * scale * scale);
   s.mean_out = m.mean / scale;
   s.rstd_out = s.rstd * scale;

@@ -154,21 +154,39 @@ void RowApply(const RowNormJob& job, size_t row, size_t c0, size_t n,
   if (job.stream) hwy::FlushStream();
 }
 
-template <bool kCenter, bool kGamma, bool kBeta>
-void RowsT(const RowNormJob& job, size_t r0, size_t r1) {
+// Rows [r0, r1); src reads row 0 (after the fused forms' sum store).
+template <bool kCenter, bool kGamma, bool kBeta, class Src>
+void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
+  const hn::ScalableTag<float> d;
   const size_t cols = job.cols;
+  const bool store_sum = job.residual != nullptr && job.sum != nullptr;
   for (size_t r = r0; r < r1; ++r) {
+    const Src src = src0.At(r * cols);
     const auto moments = [&](size_t c0, size_t n, float scale, bool first_pass) {
       return ChunkMomentsT<kCenter>(job, r, c0, n, scale, first_pass);
     };
-    const Moments first = MergePairwise(0, NumChunks(cols), [&](size_t k) {
-      const size_t c0 = k * kChunk;
-      return moments(c0, cols - c0 < kChunk ? cols - c0 : kChunk, 1.0f, true);
-    });
+    Moments first;
+    if (cols <= kChunk) {  // one chunk: straight to the span's moments
+      if (store_sum) StoreSum(job, r, 0, cols);
+      first = SpanMoments<kCenter>(d, src, 0, cols);
+    } else {
+      first = MergePairwise(0, NumChunks(cols), [&](size_t k) {
+        const size_t c0 = k * kChunk;
+        return moments(c0, cols - c0 < kChunk ? cols - c0 : kChunk, 1.0f, true);
+      });
+    }
     const RowStats st = RowStatistics(
         cols, job.eps, first, moments,
         [&](size_t c0, size_t n) { return RowMaxAbs(job, r, c0, n); });
-    ApplyT<kCenter, kGamma, kBeta>(job, r, 0, cols, st);
+    float* y = job.y + r * cols;
+    if (st.scale == 1.0f) {
+      NormalizeSpan<kCenter, kGamma, kBeta>(src, job.gamma, job.beta, st.mean, st.rstd,
+                                            job.stream, 0, cols, y);
+    } else {
+      NormalizeSpan<kCenter, kGamma, kBeta>(ScaledSource<Src>{src, st.scale}, job.gamma,
+                                            job.beta, st.mean, st.rstd, job.stream, 0,
+                                            cols, y);
+    }
     if (job.mean != nullptr) job.mean[r] = st.mean_out;
     if (job.rstd != nullptr) job.rstd[r] = st.rstd_out;
   }
@@ -176,8 +194,10 @@ void RowsT(const RowNormJob& job, size_t r0, size_t r1) {
 
 void Rows(const RowNormJob& job, size_t r0, size_t r1) {
   VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
-    RowsT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
-        job, r0, r1);
+    WithRowSource(job, 0, [&](const auto& src) HWY_ATTR {
+      RowsT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
+          job, src, r0, r1);
+    });
   });
   if (job.stream) hwy::FlushStream();
 }

@@ -17,6 +17,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 struct F32Source {
   const float* x;
+  F32Source At(size_t offset) const { return {x + offset}; }
   template <class D>
   HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
     return hn::LoadU(d, x + i);
@@ -27,6 +28,7 @@ struct F32Source {
 struct AddSource {
   const float* x;
   const float* residual;
+  AddSource At(size_t offset) const { return {x + offset, residual + offset}; }
   template <class D>
   HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
     return hn::Add(hn::LoadU(d, x + i), hn::LoadU(d, residual + i));

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# bench.sh [benchmark args]: sets up a fresh Debian machine, builds, and prints the
+# benchmark table: every kernel under every ISA beside the copy baseline.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh build-essential cmake pkg-config libhwy-dev libgtest-dev \
+  libbenchmark-dev
+build=${BUILD_DIR:-build}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
+cmake --build "$build" -j"$(nproc)" --target bench_layernorm
+"$build"/bench/bench_layernorm --benchmark_counters_tabular=true "$@"

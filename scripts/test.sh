@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# test.sh: sets up a fresh Debian machine, builds everything and runs every test
+# (ctest: kernels under every ISA, validation, consumers of the installed library).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/deps.sh build-essential cmake pkg-config libhwy-dev libgtest-dev \
+  libbenchmark-dev
+build=${BUILD_DIR:-build}
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
+cmake --build "$build" -j"$(nproc)"
+ctest --test-dir "$build" --output-on-failure -j"$(nproc)"
