@@ -26,11 +26,8 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 // Vectors per block: at most a few dozen elements per lane.
-template <class D>
-HWY_INLINE size_t BlockVectors(D d) {
-  const size_t N = hn::Lanes(d);
-  return N >= 8 ? 8 : 64 / N;
-}
+constexpr size_t kBlockVectors =
+    HWY_MAX_BYTES >= 64 ? 16 : HWY_MAX_BYTES >= 32 ? 8 : HWY_MAX_BYTES >= 16 ? 16 : 64;
 
 // Per-lane moments of `nvec` vectors from element i (lane j sees i + k*N + j).
 // kCenter = false: uncentered (mean 0, M2 = sum of squares) for RMSNorm.
@@ -78,6 +75,42 @@ HWY_INLINE void BlockMoments(D d, const Src& src, size_t i, size_t nvec, V& mean
   m2 = hn::Add(q0, q1);
 }
 
+// The same for a full block of kBlockVectors, loaded once and kept in registers
+// (where vectors have a size; scalable ones read the block twice from L1).
+template <bool kCenter, size_t kVecs, class D, class Src, class V = hn::Vec<D>>
+HWY_INLINE void FullBlockMoments(D d, const Src& src, size_t i, V& mean, V& m2) {
+#if HWY_HAVE_SCALABLE
+  BlockMoments<kCenter>(d, src, i, kVecs, mean, m2);
+#else
+  const size_t N = hn::Lanes(d);
+  V v[kVecs];
+  HWY_UNROLL(16)
+  for (size_t k = 0; k < kVecs; ++k) v[k] = src.Load(d, i + k * N);
+  V q0 = hn::Zero(d), q1 = hn::Zero(d);
+  if (kCenter) {
+    V s0 = hn::Zero(d), s1 = hn::Zero(d);
+    HWY_UNROLL(16)
+    for (size_t k = 1; k + 1 < kVecs; k += 2) {
+      s0 = hn::Add(s0, hn::Sub(v[k], v[0]));
+      s1 = hn::Add(s1, hn::Sub(v[k + 1], v[0]));
+    }
+    if (kVecs % 2 == 0) s0 = hn::Add(s0, hn::Sub(v[kVecs - 1], v[0]));
+    mean = hn::MulAdd(hn::Add(s0, s1), hn::Set(d, 1.0f / kVecs), v[0]);
+    HWY_UNROLL(16)
+    for (size_t k = 0; k < kVecs; ++k) v[k] = hn::Sub(v[k], mean);
+  } else {
+    mean = hn::Zero(d);
+  }
+  HWY_UNROLL(16)
+  for (size_t k = 0; k + 1 < kVecs; k += 2) {
+    q0 = hn::MulAdd(v[k], v[k], q0);
+    q1 = hn::MulAdd(v[k + 1], v[k + 1], q1);
+  }
+  if (kVecs % 2) q0 = hn::MulAdd(v[kVecs - 1], v[kVecs - 1], q0);
+  m2 = hn::Add(q0, q1);
+#endif
+}
+
 // Chan merge of per-lane moments b (count nb per lane) into a (count na per lane).
 template <bool kCenter, class D, class V = hn::Vec<D>>
 HWY_INLINE void MergeLanes(D d, V& mean_a, V& m2_a, V mean_b, V m2_b, float na,
@@ -114,84 +147,102 @@ HWY_INLINE Moments ReduceLanes(D d, V mean, V m2, float n_lane) {
   return r;
 }
 
+// The pairwise Chan tree over full blocks, fed one block at a time, so that a caller
+// can interleave other work (normalizing the previous row). Level l of the stack
+// holds the per-lane moments of 2^l blocks; block b completes the levels given by
+// the trailing ones of b.
+template <bool kCenter, class D>
+class BlockTree {
+ public:
+  using V = hn::Vec<D>;
+  static constexpr size_t kBlock = kBlockVectors;  // vectors
+
+  // Adds the block of kBlock vectors at element i of src.
+  template <class Src>
+  HWY_INLINE void Add(D d, const Src& src, size_t i) {
+    const size_t N = hn::Lanes(d);
+    V mean, m2;
+    FullBlockMoments<kCenter, kBlock>(d, src, i, mean, m2);
+    float count = static_cast<float>(kBlock);
+    size_t level = 0;
+    for (size_t t = blocks_; t & 1; t >>= 1, ++level) {
+      V lower_mean = hn::Load(d, mean_ + level * N);
+      V lower_m2 = hn::Load(d, m2_ + level * N);
+      MergeLanes<kCenter>(d, lower_mean, lower_m2, mean, m2, count, count);
+      mean = lower_mean;
+      m2 = lower_m2;
+      count *= 2.0f;
+    }
+    hn::Store(mean, d, mean_ + level * N);
+    hn::Store(m2, d, m2_ + level * N);
+    ++blocks_;
+  }
+
+  // Moments of the blocks added so far and of src's elements [i, end), fewer than a
+  // block; then the tree is empty again.
+  template <class Src>
+  Moments Finish(D d, const Src& src, size_t i, size_t end) {
+    const size_t N = hn::Lanes(d);
+    Moments result = {0.0, 0.0f, 0.0f};
+    if (blocks_ != 0) {
+      // Collapse the levels, smallest first, each into the larger, older one.
+      V mean = hn::Zero(d), m2 = hn::Zero(d);
+      float count = 0.0f;
+      for (size_t level = 0; (blocks_ >> level) != 0; ++level) {
+        if (((blocks_ >> level) & 1) == 0) continue;
+        V big_mean = hn::Load(d, mean_ + level * N);
+        V big_m2 = hn::Load(d, m2_ + level * N);
+        const float c = static_cast<float>(kBlock << level);
+        if (count != 0.0f) MergeLanes<kCenter>(d, big_mean, big_m2, mean, m2, c, count);
+        mean = big_mean;
+        m2 = big_m2;
+        count += c;
+      }
+      result = ReduceLanes<kCenter>(d, mean, m2, count);
+      blocks_ = 0;
+    }
+    // Whole vectors left over: one shorter block.
+    const size_t nvec = (end - i) / N;
+    if (nvec != 0) {
+      V mean, m2;
+      BlockMoments<kCenter>(d, src, i, nvec, mean, m2);
+      result = MergeMoments(result,
+                            ReduceLanes<kCenter>(d, mean, m2, static_cast<float>(nvec)));
+      i += nvec * N;
+    }
+    // Fewer than N elements: a block of one-lane vectors.
+    if (i < end) {
+      const hn::CappedTag<float, 1> d1;
+      hn::Vec<decltype(d1)> mean, m2;
+      const size_t rest = end - i;
+      BlockMoments<kCenter>(d1, src, i, rest, mean, m2);
+      result = MergeMoments(result, ReduceLanes<kCenter>(d1, mean, m2,
+                                                         static_cast<float>(rest)));
+    }
+    return result;
+  }
+
+ private:
+  static constexpr size_t kLevels = 48;  // 2^48 blocks: more than any memory
+  size_t blocks_ = 0;
+  HWY_ALIGN float mean_[kLevels * hn::MaxLanes(D())];
+  HWY_ALIGN float m2_[kLevels * hn::MaxLanes(D())];
+};
+
+// Elements per full block.
+template <class D>
+HWY_INLINE size_t BlockElements(D d) {
+  return kBlockVectors * hn::Lanes(d);
+}
+
 // Moments of src's elements [begin, begin + n).
 template <bool kCenter, class D, class Src>
 Moments SpanMoments(D d, const Src& src, size_t begin, size_t n) {
-  using V = hn::Vec<D>;
-  const size_t N = hn::Lanes(d);
-  const size_t K = BlockVectors(d);
-  const size_t nblocks = n / (K * N);
-  Moments result = {0.0, 0.0f, 0.0f};
-
-  if (nblocks == 1) {
-    V mean, m2;
-    BlockMoments<kCenter>(d, src, begin, K, mean, m2);
-    result = ReduceLanes<kCenter>(d, mean, m2, static_cast<float>(K));
-  } else if (nblocks > 1) {
-    // Level l of the stack holds the moments of 2^l blocks; block b completes the
-    // levels given by the trailing ones of b.
-    constexpr size_t kLevels = 48;
-    HWY_ALIGN float stack_mean[kLevels * hn::MaxLanes(d)];
-    HWY_ALIGN float stack_m2[kLevels * hn::MaxLanes(d)];
-    for (size_t b = 0; b < nblocks; ++b) {
-      V mean, m2;
-      BlockMoments<kCenter>(d, src, begin + b * K * N, K, mean, m2);
-      float count = static_cast<float>(K);
-      size_t level = 0;
-      for (size_t t = b; t & 1; t >>= 1, ++level) {
-        V lower_mean = hn::Load(d, stack_mean + level * N);
-        V lower_m2 = hn::Load(d, stack_m2 + level * N);
-        MergeLanes<kCenter>(d, lower_mean, lower_m2, mean, m2, count, count);
-        mean = lower_mean;
-        m2 = lower_m2;
-        count *= 2.0f;
-      }
-      hn::Store(mean, d, stack_mean + level * N);
-      hn::Store(m2, d, stack_m2 + level * N);
-    }
-    // Collapse the levels that nblocks has, smallest first.
-    V mean = hn::Zero(d), m2 = hn::Zero(d);
-    float count = 0.0f;
-    for (size_t level = 0; (nblocks >> level) != 0; ++level) {
-      if (((nblocks >> level) & 1) == 0) continue;
-      const V m = hn::Load(d, stack_mean + level * N);
-      const V q = hn::Load(d, stack_m2 + level * N);
-      const float c = static_cast<float>(K << level);
-      if (count == 0.0f) {
-        mean = m;
-        m2 = q;
-      } else {
-        // The higher level is the larger, older part: merge the small one into it.
-        V big_mean = m, big_m2 = q;
-        MergeLanes<kCenter>(d, big_mean, big_m2, mean, m2, c, count);
-        mean = big_mean;
-        m2 = big_m2;
-      }
-      count += c;
-    }
-    result = ReduceLanes<kCenter>(d, mean, m2, count);
-  }
-
-  // Whole vectors left over: one shorter block.
-  size_t i = begin + nblocks * K * N;
-  const size_t nvec = (begin + n - i) / N;
-  if (nvec != 0) {
-    V mean, m2;
-    BlockMoments<kCenter>(d, src, i, nvec, mean, m2);
-    result = MergeMoments(result,
-                          ReduceLanes<kCenter>(d, mean, m2, static_cast<float>(nvec)));
-    i += nvec * N;
-  }
-  // Fewer than N elements: a block of one-lane vectors.
-  if (i < begin + n) {
-    const hn::CappedTag<float, 1> d1;
-    hn::Vec<decltype(d1)> mean, m2;
-    const size_t rest = begin + n - i;
-    BlockMoments<kCenter>(d1, src, i, rest, mean, m2);
-    result = MergeMoments(result, ReduceLanes<kCenter>(d1, mean, m2,
-                                                       static_cast<float>(rest)));
-  }
-  return result;
+  BlockTree<kCenter, D> tree;
+  const size_t block = BlockElements(d);
+  size_t i = begin;
+  for (; i + block <= begin + n; i += block) tree.Add(d, src, i);
+  return tree.Finish(d, src, i, begin + n);
 }
 
 // max |x| over src's elements [begin, begin + n); NaN if any element is NaN.

@@ -84,10 +84,14 @@ Moments ChunkMomentsT(const RowNormJob& job, size_t row, size_t c0, size_t n,
 }
 
 // y = ((s - mean) * rstd) * gamma + beta over [c0, c0 + n) (RMSNorm: no mean).
+// With `stream` (outputs far larger than the cache), y is written with non-temporal
+// stores while `prefetch` (the next row's x, or NULL) is fetched, so that reads from
+// memory go on during the writes, as in a copy.
 template <bool kCenter, bool kGamma, bool kBeta, class Src>
 HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
                               const float* HWY_RESTRICT beta, float mean, float rstd,
-                              bool stream, size_t c0, size_t n, float* y) {
+                              bool stream, size_t c0, size_t n, float* y,
+                              const float* prefetch = nullptr) {
   const auto normalized = [&](auto d, size_t i) HWY_ATTR {
     auto v = src.Load(d, i);
     if (kCenter) v = hn::Sub(v, hn::Set(d, mean));
@@ -109,6 +113,12 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
     const hn::CappedTag<float, 1> d1;
     for (; i < end && reinterpret_cast<uintptr_t>(y + i) % (N * sizeof(float)) != 0; ++i) {
       store(d1, i);
+    }
+    if (prefetch != nullptr) {
+      for (; i + N <= end; i += N) {
+        hwy::Prefetch(prefetch + i);
+        hn::Stream(normalized(d, i), d, y + i);
+      }
     }
     for (; i + N <= end; i += N) hn::Stream(normalized(d, i), d, y + i);
   }
@@ -182,7 +192,8 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
     float* y = job.y + r * cols;
     if (st.scale == 1.0f) {
       NormalizeSpan<kCenter, kGamma, kBeta>(src, job.gamma, job.beta, st.mean, st.rstd,
-                                            job.stream, 0, cols, y);
+                                            job.stream, 0, cols, y,
+                                            r + 1 < r1 ? job.x + (r + 1) * cols : nullptr);
     } else {
       NormalizeSpan<kCenter, kGamma, kBeta>(ScaledSource<Src>{src, st.scale}, job.gamma,
                                             job.beta, st.mean, st.rstd, job.stream, 0,
