@@ -126,6 +126,18 @@ HWY_INLINE void MergeLanes(D d, V& mean_a, V& m2_a, V mean_b, V m2_b, float na,
                     hn::Add(m2_a, m2_b));
 }
 
+// The same for equal counts n on both sides: no division, weights 1/2 and n/2.
+template <bool kCenter, class D, class V = hn::Vec<D>>
+HWY_INLINE void MergeEqualLanes(D d, V& mean_a, V& m2_a, V mean_b, V m2_b, float n) {
+  if (!kCenter) {
+    m2_a = hn::Add(m2_a, m2_b);
+    return;
+  }
+  const V delta = hn::Sub(mean_b, mean_a);
+  mean_a = hn::MulAdd(delta, hn::Set(d, 0.5f), mean_a);
+  m2_a = hn::MulAdd(hn::Mul(delta, delta), hn::Set(d, 0.5f * n), hn::Add(m2_a, m2_b));
+}
+
 // Moments of the lanes together; every lane has count `n_lane`.
 template <bool kCenter, class D, class V = hn::Vec<D>>
 HWY_INLINE Moments ReduceLanes(D d, V mean, V m2, float n_lane) {
@@ -168,7 +180,7 @@ class BlockTree {
     for (size_t t = blocks_; t & 1; t >>= 1, ++level) {
       V lower_mean = hn::Load(d, mean_ + level * N);
       V lower_m2 = hn::Load(d, m2_ + level * N);
-      MergeLanes<kCenter>(d, lower_mean, lower_m2, mean, m2, count, count);
+      MergeEqualLanes<kCenter>(d, lower_mean, lower_m2, mean, m2, count);
       mean = lower_mean;
       m2 = lower_m2;
       count *= 2.0f;

@@ -122,6 +122,13 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
     }
     for (; i + N <= end; i += N) hn::Stream(normalized(d, i), d, y + i);
   }
+  const size_t N = hn::Lanes(d);
+  for (; i + 4 * N <= end; i += 4 * N) {  // unrolled: loop overhead is a third otherwise
+    store(d, i);
+    store(d, i + N);
+    store(d, i + 2 * N);
+    store(d, i + 3 * N);
+  }
   ForEachVector(d, i, end, store);
 }
 
