@@ -8,4 +8,4 @@ bash scripts/deps.sh build-essential cmake pkg-config libhwy-dev libgtest-dev \
 build=${BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
 cmake --build "$build" -j"$(nproc)" --target bench_layernorm
-"$build"/bench/bench_layernorm --benchmark_counters_tabular=true "$@"
+"$build"/bench/bench_layernorm --benchmark_min_time=0.2 "$@"
