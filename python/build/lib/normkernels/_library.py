@@ -1,0 +1,64 @@
+"""Finding and declaring libnormkernels for ctypes."""
+import ctypes
+import ctypes.util
+import os
+
+_float_p = ctypes.POINTER(ctypes.c_float)
+_size_t = ctypes.c_size_t
+_status = ctypes.c_int
+
+# name: (restype, argtypes); every kernel returns nk_status.
+_SIGNATURES = {
+    "nk_version": (ctypes.c_char_p, []),
+    "nk_status_string": (ctypes.c_char_p, [_status]),
+    "nk_last_error": (ctypes.c_char_p, []),
+    "nk_get_isa": (ctypes.c_char_p, []),
+    "nk_list_isas": (_size_t, [ctypes.POINTER(ctypes.c_char_p), _size_t]),
+    "nk_set_isa": (_status, [ctypes.c_char_p]),
+    "nk_get_num_threads": (ctypes.c_int, []),
+    "nk_set_num_threads": (_status, [ctypes.c_int]),
+    "nk_layernorm_forward_f32": (_status, [_size_t, _size_t, _float_p, _float_p, _float_p,
+                                           ctypes.c_float, _float_p, _float_p, _float_p]),
+    "nk_rmsnorm_forward_f32": (_status, [_size_t, _size_t, _float_p, _float_p,
+                                         ctypes.c_float, _float_p, _float_p]),
+    "nk_add_layernorm_forward_f32": (_status, [_size_t, _size_t, _float_p, _float_p,
+                                               _float_p, _float_p, ctypes.c_float,
+                                               _float_p, _float_p, _float_p, _float_p]),
+    "nk_add_rmsnorm_forward_f32": (_status, [_size_t, _size_t, _float_p, _float_p,
+                                             _float_p, ctypes.c_float, _float_p,
+                                             _float_p, _float_p]),
+}
+
+
+def _candidates():
+    """Where the library may be, in order: $NK_LIBRARY, beside the package, the system."""
+    env = os.environ.get("NK_LIBRARY")
+    if env:
+        yield env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for name in sorted(os.listdir(here)):
+        if name.startswith("libnormkernels.so"):
+            yield os.path.join(here, name)
+    found = ctypes.util.find_library("normkernels")
+    if found:
+        yield found
+    yield "libnormkernels.so.0"
+
+
+def load():
+    """Loads the first library that opens and declares its functions."""
+    errors = []
+    for path in _candidates():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError as e:
+            errors.append(f"{path}: {e}")
+            continue
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            fn = getattr(lib, name)
+            fn.restype = restype
+            fn.argtypes = argtypes
+        return lib
+    raise ImportError(
+        "normkernels: cannot load libnormkernels; set NK_LIBRARY to its path, or install "
+        "it (cmake --install) where the system finds it. Tried:\n  " + "\n  ".join(errors))

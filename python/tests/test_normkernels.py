@@ -1,0 +1,144 @@
+"""The Python binding against a float64 NumPy reference (within the design.md bound),
+against PyTorch when it imports, and on every error path."""
+import numpy as np
+import pytest
+
+import normkernels as nk
+
+U = 2.0 ** -24
+
+
+def reference(x, residual=None, gamma=None, beta=None, eps=1e-5, center=True):
+    """float64 normalization over the last axis, and the design.md bound on y."""
+    s = x.astype(np.float32) if residual is None else (x + residual).astype(np.float32)
+    s = s.astype(np.float64)
+    n = s.shape[-1]
+    mean = s.mean(-1, keepdims=True) if center else np.zeros(s.shape[:-1] + (1,))
+    var = ((s - mean) ** 2).mean(-1, keepdims=True)
+    r = 1.0 / np.sqrt(var + eps)
+    xhat = (s - mean) * r
+    g = np.ones(n) if gamma is None else gamma.astype(np.float64)
+    b = np.zeros(n) if beta is None or not center else beta.astype(np.float64)
+    y = xhat * g + b
+    lg = max(1, int(np.ceil(np.log2(n))))
+    m = np.abs(s).max(-1, keepdims=True)
+    bound = 4 * U * lg * np.abs(g) * (m * r + np.abs(xhat)) + 3 * U * (np.abs(y) + np.abs(b)) + 1e-30
+    return y, mean[..., 0], r[..., 0], bound
+
+
+def data(shape, seed=0, offset=0.0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) + offset).astype(np.float32)
+
+
+@pytest.fixture(params=nk.available_isas())
+def each_isa(request):
+    nk.set_isa(request.param)
+    assert nk.isa() == request.param
+    yield request.param
+    nk.set_isa(None)
+
+
+@pytest.mark.parametrize("shape", [(1,), (7, 3), (2, 4, 33), (5, 768), (3, 4099)])
+def test_layer_norm_matches_reference(each_isa, shape):
+    x = data(shape, 1, offset=3.0)
+    gamma, beta = data(shape[-1:], 2), data(shape[-1:], 3)
+    y, mean, rstd = nk.layer_norm(x, gamma, beta, eps=1e-5, return_stats=True)
+    want, want_mean, want_rstd, bound = reference(x, gamma=gamma, beta=beta)
+    assert y.shape == x.shape and y.dtype == np.float32
+    assert np.all(np.abs(y - want) <= bound)
+    assert mean.shape == shape[:-1] and rstd.shape == shape[:-1]
+    np.testing.assert_allclose(mean, want_mean, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(4, 16), (3, 1000)])
+def test_rms_norm_matches_reference(each_isa, shape):
+    x, gamma = data(shape, 4), data(shape[-1:], 5)
+    y, rrms = nk.rms_norm(x, gamma, return_stats=True)
+    want, _, want_r, bound = reference(x, gamma=gamma, center=False)
+    assert np.all(np.abs(y - want) <= bound)
+    np.testing.assert_allclose(rrms, want_r, rtol=1e-5)
+
+
+@pytest.mark.parametrize("center", [True, False])
+def test_fused_add_forms(center):
+    x, res = data((6, 130), 6), data((6, 130), 7)
+    gamma, beta = data((130,), 8), data((130,), 9)
+    if center:
+        y, s = nk.add_layer_norm(x, res, gamma, beta)
+    else:
+        y, s = nk.add_rms_norm(x, res, gamma)
+    np.testing.assert_array_equal(s, x + res)
+    want, _, _, bound = reference(x, res, gamma, beta if center else None, center=center)
+    assert np.all(np.abs(y - want) <= bound)
+
+
+def test_in_place_and_out():
+    x = data((3, 64), 10)
+    want = nk.layer_norm(x.copy())
+    out = np.empty_like(x)
+    assert nk.layer_norm(x, out=out) is out
+    np.testing.assert_array_equal(out, want)
+    assert nk.layer_norm(x, out=x) is x
+    np.testing.assert_array_equal(x, want)
+
+
+def test_issue_example():
+    y = nk.layer_norm(np.ones((2, 3), np.float32) + np.arange(3, dtype=np.float32))
+    np.testing.assert_allclose(y, [[-1.2247, 0.0, 1.2247]] * 2, atol=5e-5)
+
+
+def test_matches_torch():
+    torch = pytest.importorskip("torch")
+    x = data((8, 4, 300), 11, offset=2.0)
+    gamma, beta = data((300,), 12), data((300,), 13)
+    want, _, _, bound = reference(x, gamma=gamma, beta=beta)
+    t = torch.nn.functional.layer_norm(torch.from_numpy(x), (300,), torch.from_numpy(gamma),
+                                       torch.from_numpy(beta), 1e-5).numpy()
+    ours = nk.layer_norm(x, gamma, beta)
+    # Both are approximations of the float64 result: ours within the bound, so the two
+    # differ by at most the bound plus torch's own error.
+    assert np.all(np.abs(ours - t) <= bound + np.abs(t - want))
+    tr = torch.from_numpy(x)
+    t_rms = (tr * torch.rsqrt(tr.pow(2).mean(-1, keepdim=True) + 1e-5)).numpy()
+    want_rms, _, _, bound_rms = reference(x, center=False)
+    assert np.all(np.abs(nk.rms_norm(x) - t_rms) <= bound_rms + np.abs(t_rms - want_rms))
+
+
+def test_wrong_inputs_raise_clear_errors():
+    x = data((2, 8), 14)
+    with pytest.raises(TypeError, match="float32"):
+        nk.layer_norm(x.astype(np.float64))
+    with pytest.raises(TypeError, match="ndarray"):
+        nk.layer_norm([[1.0, 2.0]])
+    with pytest.raises(ValueError, match="C-contiguous"):
+        nk.layer_norm(np.asfortranarray(data((4, 5), 15)))
+    with pytest.raises(ValueError, match="gamma has shape"):
+        nk.layer_norm(x, gamma=np.ones(7, np.float32))
+    with pytest.raises(ValueError, match="residual has shape"):
+        nk.add_layer_norm(x, np.ones((2, 7), np.float32))
+    with pytest.raises(ValueError, match="last dimension is 0"):
+        nk.layer_norm(np.ones((3, 0), np.float32))
+    with pytest.raises(ValueError, match="out has shape"):
+        nk.layer_norm(x, out=np.empty((8, 2), np.float32))
+    with pytest.raises(nk.NormKernelsError, match="eps") as e:
+        nk.layer_norm(x, eps=-1.0)
+    assert e.value.status == 3
+
+
+def test_isa_and_threads():
+    isas = nk.available_isas()
+    assert nk.isa() == isas[0]
+    with pytest.raises(nk.NormKernelsError, match="not an instruction set") as e:
+        nk.set_isa("bogus")
+    assert e.value.status == 3
+    with pytest.raises(nk.NormKernelsError) as e:
+        nk.set_isa("AVX3_ZEN4")
+    assert e.value.status == 5
+    nk.set_num_threads(2)
+    assert nk.num_threads() == 2
+    nk.set_num_threads(0)
+    with pytest.raises(nk.NormKernelsError, match="nk_set_num_threads"):
+        nk.set_num_threads(-1)
+    assert nk.version() == "0.1.0"
