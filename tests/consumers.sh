@@ -30,4 +30,11 @@ cmake -S "$src/examples/consumer" -B "$tmp/cmake" -DCMAKE_PREFIX_PATH="$prefix" 
 cmake --build "$tmp/cmake" > /dev/null
 LD_LIBRARY_PATH=$libdir "$tmp/cmake/consumer"
 echo "ok: find_package consumer"
-echo "3 passed, 0 failed"
+# The README's C snippet is the example's code, line for line.
+awk '/^```c$/{on=1; next} /^```$/{on=0} on' "$src/README.md" | grep -v '^#include\|^$' |
+while IFS= read -r line; do
+  grep -qF -- "$(echo "$line" | sed 's/^ *//')" "$src/examples/consumer/consumer.c" ||
+    { echo "FAIL: README line not in consumer.c: $line"; exit 1; }
+done
+echo "ok: README's C snippet is consumer.c's"
+echo "4 passed, 0 failed"

@@ -142,3 +142,16 @@ def test_isa_and_threads():
     with pytest.raises(nk.NormKernelsError, match="nk_set_num_threads"):
         nk.set_num_threads(-1)
     assert nk.version() == "0.1.0"
+
+
+def test_readme_snippet_runs():
+    """The README's Python example, executed as written."""
+    import pathlib
+    import re
+    readme = pathlib.Path(__file__).resolve().parents[2] / "README.md"
+    blocks = re.findall(r"```python\n(.*?)```", readme.read_text(), re.S)
+    assert blocks, "README.md has no python block"
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})
+    nk.set_isa(None)
+    nk.set_num_threads(0)
