@@ -212,7 +212,7 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
 }
 
 // Finishes the rows of a ShortRows group whose fast statistics were not finite.
-template <bool kCenter, bool kGamma, bool kBeta>
+template <bool kCenter>
 HWY_NOINLINE void FinishShortRows(const RowNormJob& job, size_t r, uint32_t bad,
                                   const Moments* moments) {
   for (size_t i = 0; bad != 0; ++i, bad >>= 1) {
@@ -224,14 +224,14 @@ HWY_NOINLINE void FinishShortRows(const RowNormJob& job, size_t r, uint32_t bad,
           return ChunkMomentsT<kCenter>(job, row, c0, n, scale, false);
         },
         [&](size_t c0, size_t n) { return RowMaxAbs(job, row, c0, n); });
-    ApplyT<kCenter, kGamma, kBeta>(job, row, 0, job.cols, st);
+    RowApply(job, row, 0, job.cols, st);
     if (job.mean != nullptr) job.mean[row] = st.mean_out;
     if (job.rstd != nullptr) job.rstd[row] = st.rstd_out;
   }
 }
 
 // Rows [r0, r1) of kVecs vectors each; src reads x (+ residual) of row 0.
-template <size_t kVecs, bool kCenter, bool kGamma, bool kBeta, class Src>
+template <size_t kVecs, bool kCenter, class Src>
 void ShortRowsLoop(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
   constexpr size_t kRows = kVecs >= 8 ? 16 / kVecs : 4;
   const size_t bytes = hn::Lanes(hn::ScalableTag<float>()) * sizeof(float);
@@ -239,51 +239,48 @@ void ShortRowsLoop(const RowNormJob& job, const Src& src0, size_t r0, size_t r1)
   Moments bad_moments[kRows];
   size_t r = r0;
   for (; r + kRows <= r1; r += kRows) {
-    const uint32_t bad = ShortRows<kVecs, kRows, kCenter, kGamma, kBeta>(
-        job, src0, r, stream, bad_moments);
-    if (HWY_UNLIKELY(bad != 0)) {
-      FinishShortRows<kCenter, kGamma, kBeta>(job, r, bad, bad_moments);
-    }
+    const uint32_t bad =
+        ShortRows<kVecs, kRows, kCenter>(job, src0, r, stream, bad_moments);
+    if (HWY_UNLIKELY(bad != 0)) FinishShortRows<kCenter>(job, r, bad, bad_moments);
   }
   for (; r < r1; ++r) {  // the same arithmetic, one row at a time
-    const uint32_t bad =
-        ShortRows<kVecs, 1, kCenter, kGamma, kBeta>(job, src0, r, stream, bad_moments);
-    if (HWY_UNLIKELY(bad != 0)) {
-      FinishShortRows<kCenter, kGamma, kBeta>(job, r, bad, bad_moments);
-    }
+    const uint32_t bad = ShortRows<kVecs, 1, kCenter>(job, src0, r, stream, bad_moments);
+    if (HWY_UNLIKELY(bad != 0)) FinishShortRows<kCenter>(job, r, bad, bad_moments);
   }
 }
 
-// Calls ShortRowsLoop for rows of 1, 2, 4, 8 or 16 whole vectors; false otherwise.
-template <bool kCenter, bool kGamma, bool kBeta, class Src>
+// Runs ShortRowsLoop for rows of 1, 2, 4, 8 or 16 whole vectors; false otherwise.
+template <bool kCenter, class Src>
 bool TryShortRows(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
   const size_t N = hn::Lanes(hn::ScalableTag<float>());
   if (job.cols % N != 0 || job.cols / N > kMaxShortVectors) return false;
   switch (job.cols / N) {
-    case 1: ShortRowsLoop<1, kCenter, kGamma, kBeta>(job, src0, r0, r1); return true;
-    case 2: ShortRowsLoop<2, kCenter, kGamma, kBeta>(job, src0, r0, r1); return true;
-    case 4: ShortRowsLoop<4, kCenter, kGamma, kBeta>(job, src0, r0, r1); return true;
-    case 8: ShortRowsLoop<8, kCenter, kGamma, kBeta>(job, src0, r0, r1); return true;
-    case 16: ShortRowsLoop<16, kCenter, kGamma, kBeta>(job, src0, r0, r1); return true;
+    case 1: ShortRowsLoop<1, kCenter>(job, src0, r0, r1); return true;
+    case 2: ShortRowsLoop<2, kCenter>(job, src0, r0, r1); return true;
+    case 4: ShortRowsLoop<4, kCenter>(job, src0, r0, r1); return true;
+    case 8: ShortRowsLoop<8, kCenter>(job, src0, r0, r1); return true;
+    case 16: ShortRowsLoop<16, kCenter>(job, src0, r0, r1); return true;
     default: return false;
   }
 }
 
 void Rows(const RowNormJob& job, size_t r0, size_t r1) {
-  VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
+  const auto short_rows = [&](auto center) HWY_ATTR {
     constexpr bool kCenter = decltype(center)::value;
-    constexpr bool kGamma = decltype(gamma)::value;
-    constexpr bool kBeta = decltype(beta)::value;
-    const bool short_rows =
-        job.residual == nullptr
-            ? TryShortRows<kCenter, kGamma, kBeta>(job, F32Source{job.x}, r0, r1)
-            : TryShortRows<kCenter, kGamma, kBeta>(
-                  job, AddSource{job.x, job.residual}, r0, r1);
-    if (short_rows) return;
-    WithRowSource(job, 0, [&](const auto& src) HWY_ATTR {
-      RowsT<kCenter, kGamma, kBeta>(job, src, r0, r1);
+    return job.residual == nullptr
+               ? TryShortRows<kCenter>(job, F32Source{job.x}, r0, r1)
+               : TryShortRows<kCenter>(job, AddSource{job.x, job.residual}, r0, r1);
+  };
+  const bool done = job.center ? short_rows(std::true_type())
+                               : short_rows(std::false_type());
+  if (!done) {
+    VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
+      WithRowSource(job, 0, [&](const auto& src) HWY_ATTR {
+        RowsT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
+            job, src, r0, r1);
+      });
     });
-  });
+  }
   if (job.stream) hwy::FlushStream();
 }
 

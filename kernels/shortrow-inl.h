@@ -29,10 +29,23 @@ namespace hn = hwy::HWY_NAMESPACE;
 // have a size, so arrays of them live in registers).
 constexpr size_t kMaxShortVectors = HWY_HAVE_SCALABLE ? 0 : 16;
 
+// Stand-ins for an absent gamma / beta: short rows always apply both (an exact
+// multiply by 1 and add of 0), which keeps the number of compiled variants small.
+HWY_ALIGN constexpr float kOnes[256] = {
+#define NK_ONE4 1.0f, 1.0f, 1.0f, 1.0f
+#define NK_ONE16 NK_ONE4, NK_ONE4, NK_ONE4, NK_ONE4
+#define NK_ONE64 NK_ONE16, NK_ONE16, NK_ONE16, NK_ONE16
+    NK_ONE64, NK_ONE64, NK_ONE64, NK_ONE64};
+#undef NK_ONE64
+#undef NK_ONE16
+#undef NK_ONE4
+HWY_ALIGN constexpr float kZeros[256] = {};
+static_assert(kMaxShortVectors * hn::MaxLanes(hn::ScalableTag<float>()) <= 256,
+              "kOnes / kZeros must cover the longest short row");
+
 // y of rows [r, r + kRows) from their deviations v (RMSNorm: values) and rstd;
 // rows whose bit is set in `skip` are not written.
-template <size_t kVecs, size_t kRows, bool kGamma, bool kBeta, class D,
-          class V = hn::Vec<D>>
+template <size_t kVecs, size_t kRows, class D, class V = hn::Vec<D>>
 HWY_INLINE void StoreNormalized(D d, const V (&v)[kRows][kVecs], const V (&rstd)[kRows],
                                 const float* HWY_RESTRICT gamma,
                                 const float* HWY_RESTRICT beta, float* y, size_t cols,
@@ -40,15 +53,12 @@ HWY_INLINE void StoreNormalized(D d, const V (&v)[kRows][kVecs], const V (&rstd)
   const size_t N = hn::Lanes(d);
   HWY_UNROLL(16)
   for (size_t k = 0; k < kVecs; ++k) {
-    const V g = kGamma ? hn::LoadU(d, gamma + k * N) : hn::Set(d, 1.0f);
-    const V b = kBeta ? hn::LoadU(d, beta + k * N) : hn::Zero(d);
+    const V g = hn::LoadU(d, gamma + k * N);
+    const V b = hn::LoadU(d, beta + k * N);
     HWY_UNROLL(16)
     for (size_t i = 0; i < kRows; ++i) {
       if (skip & (1u << i)) continue;
-      V out = hn::Mul(v[i][k], rstd[i]);
-      if (kGamma && kBeta) out = hn::MulAdd(out, g, b);
-      if (kGamma && !kBeta) out = hn::Mul(out, g);
-      if (!kGamma && kBeta) out = hn::Add(out, b);
+      const V out = hn::MulAdd(hn::Mul(v[i][k], rstd[i]), g, b);
       float* p = y + i * cols + k * N;
       if (stream) {
         hn::Stream(out, d, p);
@@ -63,7 +73,7 @@ HWY_INLINE void StoreNormalized(D d, const V (&v)[kRows][kVecs], const V (&rstd)
 // non-finite, with their fast-path moments in bad_moments: their sum is stored,
 // everything else of theirs is left to the caller. With `stream`, y (aligned to the
 // vector size) is written with non-temporal stores.
-template <size_t kVecs, size_t kRows, bool kCenter, bool kGamma, bool kBeta, class Src>
+template <size_t kVecs, size_t kRows, bool kCenter, class Src>
 HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
                               bool stream, Moments* bad_moments) {
   const hn::ScalableTag<float> d;
@@ -124,12 +134,12 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
     if (job.mean != nullptr) job.mean[r + i] = mean_i;
     if (job.rstd != nullptr) job.rstd[r + i] = hn::GetLane(rstd[i]);
   }
+  const float* gamma = job.gamma != nullptr ? job.gamma : kOnes;
+  const float* beta = job.beta != nullptr ? job.beta : kZeros;
   if (HWY_LIKELY(bad == 0)) {
-    StoreNormalized<kVecs, kRows, kGamma, kBeta>(d, v, rstd, job.gamma, job.beta, y,
-                                                 cols, stream, 0);
+    StoreNormalized<kVecs, kRows>(d, v, rstd, gamma, beta, y, cols, stream, 0);
   } else {
-    StoreNormalized<kVecs, kRows, kGamma, kBeta>(d, v, rstd, job.gamma, job.beta, y,
-                                                 cols, stream, bad);
+    StoreNormalized<kVecs, kRows>(d, v, rstd, gamma, beta, y, cols, stream, bad);
   }
   return bad;
 }

@@ -232,14 +232,11 @@ TEST_P(LayerNormTest, BitwiseEqualAcrossThreadCounts) {
           first = r;
           continue;
         }
-        ASSERT_EQ(0, std::memcmp(r.y.data(), first.y.data(), r.y.size() * sizeof(float)));
-        ASSERT_EQ(0, std::memcmp(r.sum.data(), first.sum.data(),
-                                 r.sum.size() * sizeof(float)));
-        ASSERT_EQ(0, std::memcmp(r.rstd.data(), first.rstd.data(),
-                                 r.rstd.size() * sizeof(float)));
+        ASSERT_TRUE(SameBits(r.y, first.y));
+        ASSERT_TRUE(SameBits(r.sum, first.sum));
+        ASSERT_TRUE(SameBits(r.rstd, first.rstd));
         if (Centered(op)) {
-          ASSERT_EQ(0, std::memcmp(r.mean.data(), first.mean.data(),
-                                   r.mean.size() * sizeof(float)));
+          ASSERT_TRUE(SameBits(r.mean, first.mean));
         }
       }
       if (s.scale == 1 && s.rows * s.cols <= 400000) {

@@ -92,6 +92,11 @@ inline void FillNormal(Buffer& b, uint32_t seed, float mean = 0.0f, float sd = 1
 
 inline bool SameBits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
+inline bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
 }  // namespace nk_test
 
 #endif  // NK_TESTS_TEST_UTIL_H_

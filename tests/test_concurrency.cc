@@ -1,0 +1,66 @@
+// test_concurrency.cc: kernels called from many threads at once while another thread
+// flips the ISA and the thread count, and from inside the caller's OpenMP region.
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <atomic>
+#include <thread>
+#include <vector>
+
+#include "rownorm_case.h"
+#include "test_util.h"
+
+namespace nk_test {
+namespace {
+
+TEST(Concurrency, CallersWhileSettingsChange) {
+  const std::vector<std::string> isas = Isas();
+  std::atomic<bool> done{false};
+  std::thread flipper([&] {
+    for (size_t i = 0; !done.load(); ++i) {
+      EXPECT_EQ(nk_set_isa(isas[i % isas.size()].c_str()), NK_OK);
+      EXPECT_EQ(nk_set_num_threads(static_cast<int>(i % 4)), NK_OK);
+      std::this_thread::yield();
+    }
+  });
+  std::vector<std::thread> callers;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 8; ++t) {
+    callers.emplace_back([&, t] {
+      for (int rep = 0; rep < 12; ++rep) {
+        Case c;
+        c.op = kAllOps[(t + rep) % 4];
+        c.rows = 1 + (t * 7 + rep) % 40;
+        c.cols = (size_t{1} << (t % 6 + 2)) + (rep % 3 == 0 ? 0 : t + rep);  // some tails
+        if (rep == 5) c.cols = 20000;  // chunked rows
+        c.alias = rep % 2 ? Alias::kYIsX : Alias::kNone;
+        c.misalign = rep % 3;
+        if (CheckCase(c) < 0) failures.fetch_add(1);
+      }
+    });
+  }
+  for (std::thread& c : callers) c.join();
+  done.store(true);
+  flipper.join();
+  nk_set_isa(nullptr);
+  nk_set_num_threads(0);
+  EXPECT_EQ(failures.load(), 0);
+}
+
+TEST(Concurrency, InsideCallersOpenMpRegion) {
+  ASSERT_EQ(nk_set_num_threads(2), NK_OK);
+  int failures = 0;
+#pragma omp parallel for num_threads(2) reduction(+ : failures)
+  for (int i = 0; i < 8; ++i) {
+    Case c;
+    c.op = kAllOps[i % 4];
+    c.rows = 64;
+    c.cols = 1000 + i;
+    if (CheckCase(c) < 0) ++failures;
+  }
+  nk_set_num_threads(0);
+  EXPECT_EQ(failures, 0);
+}
+
+}  // namespace
+}  // namespace nk_test
