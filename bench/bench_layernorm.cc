@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -149,10 +150,17 @@ class RatioReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
+    // The median of the repetitions where there are several (both for kernels and
+    // copies: the machine's run-to-run spread is large), else the single run.
     for (const Run& r : runs) {
       if (r.error_occurred) continue;
+      const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
+      if (r.run_type == Run::RT_Aggregate && !median) continue;
       auto it = r.counters.find("bytes_per_second");
-      if (it != r.counters.end()) bps_[r.run_name.function_name] = it->second.value;
+      if (it == r.counters.end()) continue;
+      const std::string& name = r.run_name.function_name;
+      if (median || !medians_.count(name)) bps_[name] = it->second.value;
+      if (median) medians_.insert(name);
     }
   }
   void Finalize() override {
@@ -175,6 +183,7 @@ class RatioReporter : public benchmark::ConsoleReporter {
     return it == bps_.end() ? 0.0 : it->second;
   }
   std::map<std::string, double> bps_;
+  std::set<std::string> medians_;
 };
 
 }  // namespace

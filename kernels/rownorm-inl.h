@@ -132,20 +132,27 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
   ForEachVector(d, i, end, store);
 }
 
+// Normalizes elements [c0, c0 + n) of a row read through src, with its statistics
+// (rescaling the source on the slow path).
+template <bool kCenter, bool kGamma, bool kBeta, class Src>
+HWY_INLINE void NormalizeRow(const RowNormJob& job, const Src& src, const RowStats& st,
+                             size_t c0, size_t n, float* y,
+                             const float* prefetch = nullptr) {
+  if (HWY_LIKELY(st.scale == 1.0f)) {
+    NormalizeSpan<kCenter, kGamma, kBeta>(src, job.gamma, job.beta, st.mean, st.rstd,
+                                          job.stream, c0, n, y, prefetch);
+  } else {
+    NormalizeSpan<kCenter, kGamma, kBeta>(ScaledSource<Src>{src, st.scale}, job.gamma,
+                                          job.beta, st.mean, st.rstd, job.stream, c0, n,
+                                          y);
+  }
+}
+
 template <bool kCenter, bool kGamma, bool kBeta>
 void ApplyT(const RowNormJob& job, size_t row, size_t c0, size_t n,
             const RowStats& st) {
-  float* y = job.y + row * job.cols;
   WithRowSource(job, row, [&](const auto& src) HWY_ATTR {
-    using Src = std::decay_t<decltype(src)>;
-    if (st.scale == 1.0f) {
-      NormalizeSpan<kCenter, kGamma, kBeta>(src, job.gamma, job.beta, st.mean, st.rstd,
-                                            job.stream, c0, n, y);
-    } else {
-      NormalizeSpan<kCenter, kGamma, kBeta>(ScaledSource<Src>{src, st.scale}, job.gamma,
-                                            job.beta, st.mean, st.rstd, job.stream,
-                                            c0, n, y);
-    }
+    NormalizeRow<kCenter, kGamma, kBeta>(job, src, st, c0, n, job.y + row * job.cols);
   });
 }
 
@@ -196,16 +203,8 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
     const RowStats st = RowStatistics(
         cols, job.eps, first, moments,
         [&](size_t c0, size_t n) { return RowMaxAbs(job, r, c0, n); });
-    float* y = job.y + r * cols;
-    if (st.scale == 1.0f) {
-      NormalizeSpan<kCenter, kGamma, kBeta>(src, job.gamma, job.beta, st.mean, st.rstd,
-                                            job.stream, 0, cols, y,
-                                            r + 1 < r1 ? job.x + (r + 1) * cols : nullptr);
-    } else {
-      NormalizeSpan<kCenter, kGamma, kBeta>(ScaledSource<Src>{src, st.scale}, job.gamma,
-                                            job.beta, st.mean, st.rstd, job.stream, 0,
-                                            cols, y);
-    }
+    NormalizeRow<kCenter, kGamma, kBeta>(job, src, st, 0, cols, job.y + r * cols,
+                                         r + 1 < r1 ? job.x + (r + 1) * cols : nullptr);
     if (job.mean != nullptr) job.mean[r] = st.mean_out;
     if (job.rstd != nullptr) job.rstd[r] = st.rstd_out;
   }
