@@ -23,7 +23,8 @@
  *   eps > 0 or the row's variance is not 0 (rows near |x| ~ 1e19 and beyond, whose
  *   squares overflow fp32, are redone scaled by a power of two). A constant row has a
  *   mean exactly equal to the constant, so with eps > 0 its y is exactly beta. With
- *   eps == 0 a constant row gives NaN, as in PyTorch.
+ *   eps == 0 a constant row gives NaN, as in PyTorch. (y = x_hat * gamma + beta is
+ *   evaluated in fp32: a gamma so large that x_hat * gamma overflows gives +-Inf.)
  * - Statistics are Welford/Chan (count, mean, M2) in fp32, one pass over memory,
  *   merged in a fixed tree; variance is the biased one, as torch.nn.LayerNorm.
  * - Results do not depend on the thread count: for a given ISA, the same inputs give
