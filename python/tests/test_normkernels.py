@@ -26,6 +26,14 @@ def reference(x, residual=None, gamma=None, beta=None, eps=1e-5, center=True):
     return y, mean[..., 0], r[..., 0], bound
 
 
+def stat_bounds(x, rstd_ref):
+    """design.md's bounds on mean and rstd for rows of x (no residual)."""
+    n = x.shape[-1]
+    lg = max(1, int(np.ceil(np.log2(n))))
+    m = np.abs(x.astype(np.float64)).max(-1)
+    return 4 * U * lg * m, 4 * U * lg * (1 + (m * rstd_ref) ** 2) * rstd_ref
+
+
 def data(shape, seed=0, offset=0.0):
     rng = np.random.default_rng(seed)
     return (rng.standard_normal(shape) + offset).astype(np.float32)
@@ -48,8 +56,9 @@ def test_layer_norm_matches_reference(each_isa, shape):
     assert y.shape == x.shape and y.dtype == np.float32
     assert np.all(np.abs(y - want) <= bound)
     assert mean.shape == shape[:-1] and rstd.shape == shape[:-1]
-    np.testing.assert_allclose(mean, want_mean, rtol=0, atol=1e-5)
-    np.testing.assert_allclose(rstd, want_rstd, rtol=1e-5)
+    mean_bound, rstd_bound = stat_bounds(x, want_rstd)
+    assert np.all(np.abs(mean - want_mean) <= mean_bound)
+    assert np.all(np.abs(rstd - want_rstd) <= rstd_bound)
 
 
 @pytest.mark.parametrize("shape", [(4, 16), (3, 1000)])
@@ -58,7 +67,7 @@ def test_rms_norm_matches_reference(each_isa, shape):
     y, rrms = nk.rms_norm(x, gamma, return_stats=True)
     want, _, want_r, bound = reference(x, gamma=gamma, center=False)
     assert np.all(np.abs(y - want) <= bound)
-    np.testing.assert_allclose(rrms, want_r, rtol=1e-5)
+    assert np.all(np.abs(rrms - want_r) <= stat_bounds(x, want_r)[1])
 
 
 @pytest.mark.parametrize("center", [True, False])
