@@ -6,6 +6,7 @@
  *   nk_last_error() naming the function and the argument. Checks run in this order,
  *   the first failure is returned: scalar arguments (eps) -> shapes (zero where not
  *   allowed, element or byte count overflowing size_t) -> NULL pointers -> overlaps.
+ *   (BatchNorm: layout, eps, momentum are the scalar arguments.)
  * - Sizes are element counts; tensors are dense, contiguous, row-major. No pointer
  *   needs any alignment.
  * - rows == 0 is a valid empty call: a no-op returning NK_OK that writes nothing;
@@ -162,6 +163,83 @@ NK_API nk_status nk_add_rmsnorm_forward_f32(size_t rows, size_t cols, const floa
                                             const float* residual, const float* gamma,
                                             float eps, float* sum, float* y,
                                             float* rrms);
+
+/* ---------------------------------------------------------------- BatchNorm */
+
+/* BatchNorm statistics are per channel, over the n * spatial values of that channel:
+   NCHW x is [n][c][spatial], NHWC x is [n][spatial][c] (spatial = H*W, or D*H*W).
+   n * c * spatial == 0 is an empty call (a no-op; pointers may be NULL), except
+   where said otherwise. Results are the same bits for any thread count, per ISA. */
+
+/* Training forward, as torch.nn.functional.batch_norm(training=True):
+     mean = sum(x) / m, var = sum((x - mean)^2) / m over the channel's m = n * spatial
+     values (biased), save_rstd = 1/sqrt(var + eps),
+     y = (x - mean) * (save_rstd * gamma) + beta
+   and, when running_mean / running_var are given (both or neither; one alone is
+   NK_ERR_NULL_POINTER), PyTorch's momentum convention with the unbiased variance:
+     running_mean = (1 - momentum) * running_mean + momentum * mean
+     running_var  = (1 - momentum) * running_var  + momentum * var * m / (m - 1)
+   (computed in double). PyTorch's momentum=None (a cumulative average) is
+   momentum = 1 / num_batches_tracked. momentum: finite, in [0, 1].
+   gamma, beta: [c] or NULL. save_mean, save_rstd: [c] or NULL (what
+   torch.native_batch_norm returns as save_mean / save_invstd). y may be x.
+   m == 1 is NK_ERR_INVALID_SHAPE whatever c is, as PyTorch's "expected more than 1
+   value per channel when training". A constant channel gives y == beta exactly when
+   eps > 0. */
+NK_API nk_status nk_batchnorm_forward_training_f32(
+    size_t n, size_t c, size_t spatial, nk_layout layout, const float* x,
+    const float* gamma, const float* beta, float eps, float momentum,
+    float* running_mean, float* running_var, float* y, float* save_mean,
+    float* save_rstd);
+
+/* Normalize with given statistics, as batch_norm(training=False): running stats at
+   inference, or statistics merged across processes (SyncBatchNorm). mean, var: [c]
+   (var is used as given; a negative var + eps gives NaN for that channel). Folded
+   per channel, in double, into y = x * a + b with a = gamma / sqrt(var + eps) and
+   b = beta - mean * a: one multiply-add per element. gamma, beta: [c] or NULL.
+   y may be x. */
+NK_API nk_status nk_batchnorm_forward_inference_f32(
+    size_t n, size_t c, size_t spatial, nk_layout layout, const float* x,
+    const float* mean, const float* var, const float* gamma, const float* beta,
+    float eps, float* y);
+
+/* SyncBatchNorm's building blocks. One process holds a shard of the batch:
+     1. nk_batchnorm_moments_f32 on the shard (count = n * spatial),
+     2. an allreduce of (count, mean, m2) with nk_moments_merge_f32 as the operation,
+     3. nk_batchnorm_update_running_f32 with the merged moments,
+     4. nk_batchnorm_forward_inference_f32 with mean and var = m2 / count.
+   The result equals a training forward on the whole batch within the accuracy bound
+   (not bitwise: the merge tree differs). */
+
+/* Per-channel moments of this shard: mean[c] and m2[c] = sum((x - mean)^2), both [c],
+   never aliasing anything. An empty shard (n * spatial == 0, x may be NULL) writes
+   mean 0 and m2 0; c == 0 is a no-op. m2 may overflow to Inf for |x| ~ 1e19 and
+   beyond; mean stays finite. */
+NK_API nk_status nk_batchnorm_moments_f32(size_t n, size_t c, size_t spatial,
+                                          nk_layout layout, const float* x,
+                                          float* mean, float* m2);
+
+/* Chan et al.'s merge of the moments of two disjoint sets, per channel:
+     n = count_a + count_b, delta = mean_b - mean_a,
+     mean = mean_a + delta * count_b / n, m2 = m2_a + m2_b + delta^2 * count_a * count_b / n.
+   A zero count leaves the other side unchanged; both zero give mean 0, m2 0.
+   mean_out may be mean_a and m2_out may be m2_a exactly (an in-place reduction).
+   count_a + count_b overflowing uint64_t is NK_ERR_INVALID_SHAPE; c == 0 a no-op. */
+NK_API nk_status nk_moments_merge_f32(size_t c, uint64_t count_a, const float* mean_a,
+                                      const float* m2_a, uint64_t count_b,
+                                      const float* mean_b, const float* m2_b,
+                                      float* mean_out, float* m2_out);
+
+/* The running-statistics update of the training forward from merged moments:
+   running_mean = (1 - momentum) * running_mean + momentum * mean,
+   running_var = (1 - momentum) * running_var + momentum * m2 / (count - 1), in double.
+   count < 2 is NK_ERR_INVALID_SHAPE (before the c == 0 no-op, as in training).
+   running_mean and running_var are updated in place and may not overlap the inputs
+   or each other. */
+NK_API nk_status nk_batchnorm_update_running_f32(size_t c, uint64_t count,
+                                                 const float* mean, const float* m2,
+                                                 float momentum, float* running_mean,
+                                                 float* running_var);
 
 #ifdef __cplusplus
 } /* extern "C" */

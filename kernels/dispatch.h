@@ -19,6 +19,13 @@ int64_t CurrentTarget();
 // than the configured count, and at least kMinWorkPerThread elements each.
 int ThreadsFor(size_t work);
 
+// Outputs larger than this go out with non-temporal stores: they would not stay in
+// the last-level cache anyway, and streaming skips the read-for-ownership.
+constexpr size_t kStreamBytes = size_t{32} << 20;
+
+// The first item of part `k` of `parts` equal parts of `n` items.
+inline size_t PartBegin(size_t n, size_t k, size_t parts) { return n * k / parts; }
+
 }  // namespace nk
 
 // NK_SELECT_TARGET(target, NAME): `return &N_<TARGET>::NAME;` for the compiled target

@@ -15,25 +15,19 @@
 namespace nk {
 namespace {
 
-// Outputs larger than this go out with non-temporal stores: they would not stay in
-// the last-level cache anyway, and streaming skips the read-for-ownership.
-constexpr size_t kStreamBytes = size_t{32} << 20;
-
-// [begin, end) of part `k` of `parts` equal parts of `n` items.
-inline size_t PartBegin(size_t n, size_t k, size_t parts) { return n * k / parts; }
-
 // Few rows, each long: all threads take chunks of every row; per-row merges in the
 // fixed pairwise order of moments.h give the same bits as the one-row loop.
 nk_status RunChunked(const RowNormKernels& k, const RowNormJob& job, int threads) {
   const size_t nchunks = NumChunks(job.cols);
   const size_t items = job.rows * nchunks;
   std::vector<Moments> moments;
-  std::vector<RowStats> stats;
+  std::vector<SetStats> stats;
   try {
     moments.resize(items);
     stats.resize(job.rows);
   } catch (const std::bad_alloc&) {
-    return SetError(NK_ERR_OUT_OF_MEMORY, "nk: out of memory for %zu row chunks", items);
+    return SetError(NK_ERR_OUT_OF_MEMORY, "%s: out of memory for the statistics of %zu row chunks",
+                    job.function, items);
   }
   const auto chunk = [&](size_t item, size_t* row, size_t* c0, size_t* n) {
     *row = item / nchunks;

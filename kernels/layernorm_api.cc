@@ -38,6 +38,7 @@ nk_status RowNormForward(const char* function, bool center, bool fused, size_t r
               {{"y", "x"}, {"y", "residual"}, {"sum", "x"}, {"sum", "residual"}});
   if (v.failed()) return v.status();
   RowNormJob job = {};
+  job.function = function;
   job.center = center;
   job.rows = rows;
   job.cols = cols;

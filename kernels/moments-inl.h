@@ -29,63 +29,70 @@ namespace hn = hwy::HWY_NAMESPACE;
 constexpr size_t kBlockVectors =
     HWY_MAX_BYTES >= 64 ? 16 : HWY_MAX_BYTES >= 32 ? 8 : HWY_MAX_BYTES >= 16 ? 16 : 64;
 
-// Per-lane moments of `nvec` vectors from element i (lane j sees i + k*N + j).
+// Per-lane moments of `nvec` vectors load(0) .. load(nvec - 1): a run of a row, or
+// the same columns of consecutive rows (BatchNorm NHWC).
 // kCenter = false: uncentered (mean 0, M2 = sum of squares) for RMSNorm.
-template <bool kCenter, class D, class Src, class V = hn::Vec<D>>
-HWY_INLINE void BlockMoments(D d, const Src& src, size_t i, size_t nvec, V& mean,
-                             V& m2) {
-  const size_t N = hn::Lanes(d);
+template <bool kCenter, class D, class Load, class V = hn::Vec<D>>
+HWY_INLINE void BlockMomentsOf(D d, const Load& load, size_t nvec, V& mean, V& m2) {
   V q0 = hn::Zero(d), q1 = hn::Zero(d);
   if (!kCenter) {
     size_t k = 0;
     for (; k + 2 <= nvec; k += 2) {
-      const V v0 = src.Load(d, i + k * N);
-      const V v1 = src.Load(d, i + (k + 1) * N);
+      const V v0 = load(k);
+      const V v1 = load(k + 1);
       q0 = hn::MulAdd(v0, v0, q0);
       q1 = hn::MulAdd(v1, v1, q1);
     }
     if (k < nvec) {
-      const V v0 = src.Load(d, i + k * N);
+      const V v0 = load(k);
       q0 = hn::MulAdd(v0, v0, q0);
     }
     mean = hn::Zero(d);
     m2 = hn::Add(q0, q1);
     return;
   }
-  const V x0 = src.Load(d, i);
+  const V x0 = load(0);
   V s0 = hn::Zero(d), s1 = hn::Zero(d);
   size_t k = 1;
   for (; k + 2 <= nvec; k += 2) {
-    s0 = hn::Add(s0, hn::Sub(src.Load(d, i + k * N), x0));
-    s1 = hn::Add(s1, hn::Sub(src.Load(d, i + (k + 1) * N), x0));
+    s0 = hn::Add(s0, hn::Sub(load(k), x0));
+    s1 = hn::Add(s1, hn::Sub(load(k + 1), x0));
   }
-  if (k < nvec) s0 = hn::Add(s0, hn::Sub(src.Load(d, i + k * N), x0));
+  if (k < nvec) s0 = hn::Add(s0, hn::Sub(load(k), x0));
   mean = hn::MulAdd(hn::Add(s0, s1), hn::Set(d, 1.0f / static_cast<float>(nvec)), x0);
   k = 0;
   for (; k + 2 <= nvec; k += 2) {
-    const V e0 = hn::Sub(src.Load(d, i + k * N), mean);
-    const V e1 = hn::Sub(src.Load(d, i + (k + 1) * N), mean);
+    const V e0 = hn::Sub(load(k), mean);
+    const V e1 = hn::Sub(load(k + 1), mean);
     q0 = hn::MulAdd(e0, e0, q0);
     q1 = hn::MulAdd(e1, e1, q1);
   }
   if (k < nvec) {
-    const V e0 = hn::Sub(src.Load(d, i + k * N), mean);
+    const V e0 = hn::Sub(load(k), mean);
     q0 = hn::MulAdd(e0, e0, q0);
   }
   m2 = hn::Add(q0, q1);
 }
 
-// The same for a full block of kBlockVectors, loaded once and kept in registers
-// (where vectors have a size; scalable ones read the block twice from L1).
-template <bool kCenter, size_t kVecs, class D, class Src, class V = hn::Vec<D>>
-HWY_INLINE void FullBlockMoments(D d, const Src& src, size_t i, V& mean, V& m2) {
-#if HWY_HAVE_SCALABLE
-  BlockMoments<kCenter>(d, src, i, kVecs, mean, m2);
-#else
+// The same for `nvec` consecutive vectors of src from element i.
+template <bool kCenter, class D, class Src, class V = hn::Vec<D>>
+HWY_INLINE void BlockMoments(D d, const Src& src, size_t i, size_t nvec, V& mean,
+                             V& m2) {
   const size_t N = hn::Lanes(d);
+  BlockMomentsOf<kCenter>(
+      d, [&](size_t k) HWY_ATTR { return src.Load(d, i + k * N); }, nvec, mean, m2);
+}
+
+// The same for a full block of kVecs vectors, loaded once and kept in registers
+// (where vectors have a size; scalable ones read the block twice from L1).
+template <bool kCenter, size_t kVecs, class D, class Load, class V = hn::Vec<D>>
+HWY_INLINE void FullBlockMomentsOf(D d, const Load& load, V& mean, V& m2) {
+#if HWY_HAVE_SCALABLE
+  BlockMomentsOf<kCenter>(d, load, kVecs, mean, m2);
+#else
   V v[kVecs];
   HWY_UNROLL(16)
-  for (size_t k = 0; k < kVecs; ++k) v[k] = src.Load(d, i + k * N);
+  for (size_t k = 0; k < kVecs; ++k) v[k] = load(k);
   V q0 = hn::Zero(d), q1 = hn::Zero(d);
   if (kCenter) {
     V s0 = hn::Zero(d), s1 = hn::Zero(d);
@@ -109,6 +116,13 @@ HWY_INLINE void FullBlockMoments(D d, const Src& src, size_t i, V& mean, V& m2) 
   if (kVecs % 2) q0 = hn::MulAdd(v[kVecs - 1], v[kVecs - 1], q0);
   m2 = hn::Add(q0, q1);
 #endif
+}
+
+template <bool kCenter, size_t kVecs, class D, class Src, class V = hn::Vec<D>>
+HWY_INLINE void FullBlockMoments(D d, const Src& src, size_t i, V& mean, V& m2) {
+  const size_t N = hn::Lanes(d);
+  FullBlockMomentsOf<kCenter, kVecs>(
+      d, [&](size_t k) HWY_ATTR { return src.Load(d, i + k * N); }, mean, m2);
 }
 
 // Chan merge of per-lane moments b (count nb per lane) into a (count na per lane).

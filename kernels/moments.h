@@ -55,50 +55,74 @@ inline float RescaleFor(float max_abs) {
   return std::ldexp(1.0f, -e);
 }
 
-// What normalizing a row needs, in the units of the (possibly rescaled) source
-// x * scale, and what is reported to the caller, in the units of x.
-struct RowStats {
-  float scale;     // 1, or the power of two of the rescaled slow path
-  float mean;      // of x * scale (0 for RMSNorm)
-  float rstd;      // 1 / sqrt(var(x * scale) + eps * scale^2)
-  float mean_out;  // mean of x
-  float rstd_out;  // rstd (rrms) of x
+// What normalizing a set (row, channel, group) needs, in the units of the (possibly
+// rescaled) source x * scale, and what is reported to the caller, in the units of x.
+struct SetStats {
+  float scale;      // 1, or the power of two of the rescaled slow path
+  float mean;       // of x * scale (0 for RMSNorm)
+  float rstd;       // 1 / sqrt(var(x * scale) + eps * scale^2)
+  float mean_out;   // mean of x
+  float rstd_out;   // rstd (rrms) of x
+  Moments moments;  // of x * scale
 };
 
-inline RowStats FinalizeRow(const Moments& m, float scale, float eps) {
-  RowStats s;
+inline SetStats FinalizeSet(const Moments& m, float scale, float eps) {
+  SetStats s;
   s.scale = scale;
   s.mean = m.mean;
   const float var = m.m2 / static_cast<float>(m.count);
   s.rstd = 1.0f / std::sqrt(var + eps * scale * scale);
   s.mean_out = m.mean / scale;
   s.rstd_out = s.rstd * scale;
+  s.moments = m;
   return s;
 }
 
-// Row statistics from per-chunk callbacks:
+// M2 of x (not of x * scale); may be Inf on the slow path, as c-abi.md allows.
+inline double M2Of(const SetStats& s) {
+  const double scale = s.scale;
+  return static_cast<double>(s.moments.m2) / (scale * scale);
+}
+
+// Statistics of a set from its fast-path moments `first`. When finite data overflows
+// the fast path (|x| ~ 1e19 and beyond), the set is measured again scaled by a power
+// of two, so mean and rstd stay finite:
+//   max_abs() -> max |x| over the set (NaN if any is NaN);
+//   scaled(scale) -> Moments of the set times scale.
+template <class MaxAbsFn, class ScaledFn>
+SetStats SetStatistics(const Moments& first, float eps, const MaxAbsFn& max_abs,
+                       const ScaledFn& scaled) {
+  if (std::isfinite(first.mean) && std::isfinite(first.m2)) {
+    return FinalizeSet(first, 1.0f, eps);
+  }
+  const float m = max_abs();
+  if (!std::isfinite(m) || m == 0.0f) return FinalizeSet(first, 1.0f, eps);
+  const float scale = RescaleFor(m);
+  return FinalizeSet(scaled(scale), scale, eps);
+}
+
+// SetStatistics of a row of `cols` elements from per-chunk callbacks:
 //   moments(c0, n, scale, first_pass) -> Moments of elements [c0, c0 + n) times scale;
 //   max_abs(c0, n) -> max |x| over them.
-// When finite data overflows the fast path (|x| ~ 1e19 and beyond), the row is
-// measured again scaled by a power of two, so mean and rstd stay finite.
 template <class MomentsFn, class MaxAbsFn>
-RowStats RowStatistics(size_t cols, float eps, const Moments& first,
+SetStats RowStatistics(size_t cols, float eps, const Moments& first,
                        const MomentsFn& moments, const MaxAbsFn& max_abs) {
-  if (std::isfinite(first.mean) && std::isfinite(first.m2)) {
-    return FinalizeRow(first, 1.0f, eps);
-  }
-  float m = 0.0f;
-  for (size_t c0 = 0; c0 < cols; c0 += kChunk) {
-    const float a = max_abs(c0, cols - c0 < kChunk ? cols - c0 : kChunk);
-    m = (a > m || std::isnan(a)) ? a : m;
-  }
-  if (!std::isfinite(m) || m == 0.0f) return FinalizeRow(first, 1.0f, eps);
-  const float scale = RescaleFor(m);
-  const Moments scaled = MergePairwise(0, NumChunks(cols), [&](size_t k) {
-    const size_t c0 = k * kChunk;
-    return moments(c0, cols - c0 < kChunk ? cols - c0 : kChunk, scale, false);
-  });
-  return FinalizeRow(scaled, scale, eps);
+  const auto chunk = [cols](size_t c0) { return cols - c0 < kChunk ? cols - c0 : kChunk; };
+  return SetStatistics(
+      first, eps,
+      [&] {
+        float m = 0.0f;
+        for (size_t c0 = 0; c0 < cols; c0 += kChunk) {
+          const float a = max_abs(c0, chunk(c0));
+          m = (a > m || std::isnan(a)) ? a : m;
+        }
+        return m;
+      },
+      [&](float scale) {
+        return MergePairwise(0, NumChunks(cols), [&](size_t k) {
+          return moments(k * kChunk, chunk(k * kChunk), scale, false);
+        });
+      });
 }
 
 }  // namespace nk

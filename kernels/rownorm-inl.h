@@ -135,7 +135,7 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
 // Normalizes elements [c0, c0 + n) of a row read through src, with its statistics
 // (rescaling the source on the slow path).
 template <bool kCenter, bool kGamma, bool kBeta, class Src>
-HWY_INLINE void NormalizeRow(const RowNormJob& job, const Src& src, const RowStats& st,
+HWY_INLINE void NormalizeRow(const RowNormJob& job, const Src& src, const SetStats& st,
                              size_t c0, size_t n, float* y,
                              const float* prefetch = nullptr) {
   if (HWY_LIKELY(st.scale == 1.0f)) {
@@ -150,7 +150,7 @@ HWY_INLINE void NormalizeRow(const RowNormJob& job, const Src& src, const RowSta
 
 template <bool kCenter, bool kGamma, bool kBeta>
 void ApplyT(const RowNormJob& job, size_t row, size_t c0, size_t n,
-            const RowStats& st) {
+            const SetStats& st) {
   WithRowSource(job, row, [&](const auto& src) HWY_ATTR {
     NormalizeRow<kCenter, kGamma, kBeta>(job, src, st, c0, n, job.y + row * job.cols);
   });
@@ -171,7 +171,7 @@ Moments RowChunkMoments(const RowNormJob& job, size_t row, size_t c0, size_t n,
 }
 
 void RowApply(const RowNormJob& job, size_t row, size_t c0, size_t n,
-              const RowStats& st) {
+              const SetStats& st) {
   VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
     ApplyT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
         job, row, c0, n, st);
@@ -200,7 +200,7 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
         return moments(c0, cols - c0 < kChunk ? cols - c0 : kChunk, 1.0f, true);
       });
     }
-    const RowStats st = RowStatistics(
+    const SetStats st = RowStatistics(
         cols, job.eps, first, moments,
         [&](size_t c0, size_t n) { return RowMaxAbs(job, r, c0, n); });
     NormalizeRow<kCenter, kGamma, kBeta>(job, src, st, 0, cols, job.y + r * cols,
@@ -217,7 +217,7 @@ HWY_NOINLINE void FinishShortRows(const RowNormJob& job, size_t r, uint32_t bad,
   for (size_t i = 0; bad != 0; ++i, bad >>= 1) {
     if ((bad & 1) == 0) continue;
     const size_t row = r + i;
-    const RowStats st = RowStatistics(
+    const SetStats st = RowStatistics(
         job.cols, job.eps, moments[i],
         [&](size_t c0, size_t n, float scale, bool) {
           return ChunkMomentsT<kCenter>(job, row, c0, n, scale, false);

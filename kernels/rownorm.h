@@ -12,6 +12,7 @@ namespace nk {
 // One validated call, as plain data. Pointers are row-major [rows][cols]; optional
 // ones are nullptr.
 struct RowNormJob {
+  const char* function;     // the C entry point, for errors found after validation
   bool center;              // LayerNorm (x - mean); false: RMSNorm
   size_t rows, cols;
   const float* x;
@@ -39,7 +40,7 @@ struct RowNormKernels {
   float (*max_abs)(const RowNormJob& job, size_t row, size_t c0, size_t n);
   // Writes y for elements [c0, c0 + n) of a row.
   void (*apply)(const RowNormJob& job, size_t row, size_t c0, size_t n,
-                const RowStats& stats);
+                const SetStats& stats);
 };
 
 // The table of `target` (a single HWY_* bit that this library compiled).

@@ -32,6 +32,36 @@ Validator& Validator::Eps(float eps) {
   return *this;
 }
 
+Validator& Validator::Momentum(float momentum) {
+  if (failed()) return *this;
+  if (!std::isfinite(momentum) || momentum < 0.0f || momentum > 1.0f) {
+    return Fail(NK_ERR_INVALID_ARGUMENT, "momentum is %g; it must be finite and in [0, 1]",
+                static_cast<double>(momentum));
+  }
+  return *this;
+}
+
+Validator& Validator::Layout(nk_layout layout) {
+  if (failed()) return *this;
+  if (layout != NK_LAYOUT_NCHW && layout != NK_LAYOUT_NHWC) {
+    return Fail(NK_ERR_INVALID_ARGUMENT,
+                "layout is %d; it must be NK_LAYOUT_NCHW (0) or NK_LAYOUT_NHWC (1)",
+                static_cast<int>(layout));
+  }
+  return *this;
+}
+
+Validator& Validator::Require(bool ok, nk_status status, const char* format, ...) {
+  if (failed() || ok) return *this;
+  char detail[400];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(detail, sizeof(detail), format, args);
+  va_end(args);
+  status_ = SetError(status, "%s: %s", function_, detail);
+  return *this;
+}
+
 Validator& Validator::NonZero(size_t value, const char* name, const char* rule) {
   if (failed()) return *this;
   if (value == 0) return Fail(NK_ERR_INVALID_SHAPE, "%s is 0; %s", name, rule);

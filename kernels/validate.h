@@ -34,6 +34,13 @@ class Validator {
 
   // eps must be finite and >= 0.
   Validator& Eps(float eps);
+  // momentum must be finite and in [0, 1].
+  Validator& Momentum(float momentum);
+  // layout must be NK_LAYOUT_NCHW or NK_LAYOUT_NHWC.
+  Validator& Layout(nk_layout layout);
+  // A rule of one function: fails with `status` and the message unless `ok`.
+  Validator& Require(bool ok, nk_status status, const char* format, ...)
+      __attribute__((format(printf, 4, 5)));
   // value != 0; `rule` says why, e.g. "a row must have at least one element".
   Validator& NonZero(size_t value, const char* name, const char* rule);
   // a * b elements of elem_size bytes must fit size_t; stores a * b to *product.

@@ -70,6 +70,13 @@ inline long double BoundRstd(size_t n, const RowRef& r) {
   return 4 * kU * Lg(n) * (1 + mr * mr) * r.rstd;
 }
 
+// A variance-valued output (M2 / count, running_var), from the rstd bound: var + eps
+// is 1 / rstd^2, so its relative error is twice rstd's, i.e.
+// |var - var_ref| <= 8 u lg (var + eps + M^2).
+inline long double BoundVar(size_t n, const RowRef& r) {
+  return 8 * kU * Lg(n) * (1 / (r.rstd * r.rstd) + r.max_abs * r.max_abs);
+}
+
 // Whether `got` meets `want` within `bound`; a non-finite `want` needs the same
 // class (NaN for NaN, the same infinity for an infinity). In a row holding a NaN or
 // an infinity the bound is meaningless (NaN): a finite `want` is then met exactly.

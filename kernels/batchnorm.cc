@@ -1,0 +1,368 @@
+// batchnorm.cc: BatchNorm's op layer: a fixed partition of each channel into pieces
+// whose moments merge in a fixed tree (so the bits do not depend on the thread count),
+// the work spread with OpenMP, and the per-channel outputs.
+//
+// NCHW: channel ci is n planes of `spatial` elements, each cut into kChunk spans; its
+// moments are merged over (plane, span) pairwise. With enough channels every thread
+// takes whole channels and normalizes each right after its statistics, while the
+// channel is still in L2; otherwise all spans are measured in parallel first.
+// NHWC: rows (n * spatial of them, c channels each) are cut into chunks of
+// ColumnChunkRows(c); per-column moments of each chunk merge in a pairwise tree.
+#include "kernels/batchnorm.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <new>
+#include <vector>
+
+#include "hwy/cache_control.h"
+#include "kernels/channelnorm.h"
+#include "kernels/dispatch.h"
+#include "kernels/errors.h"
+#include "kernels/moments.h"
+
+namespace nk {
+
+void UpdateRunning(double count, float mean, double m2, float momentum,
+                   float* running_mean, float* running_var) {
+  const double m = momentum;
+  *running_mean = static_cast<float>((1.0 - m) * *running_mean + m * mean);
+  *running_var = static_cast<float>((1.0 - m) * *running_var + m * (m2 / (count - 1.0)));
+}
+
+namespace {
+
+// Training's affine map of a channel: y = (x * scale - mean) * (rstd * gamma) + beta,
+// in the units the statistics were taken in. x - mean comes first, so a constant
+// channel gives exactly beta.
+SpanAffine TrainingAffine(const BatchNormJob& job, size_t ci, const SetStats& st) {
+  const float gamma = job.gamma != nullptr ? job.gamma[ci] : 1.0f;
+  const float beta = job.beta != nullptr ? job.beta[ci] : 0.0f;
+  return {true, st.scale, st.mean, st.rstd * gamma, beta};
+}
+
+// Inference folds everything into one multiply-add: y = x * mul + add.
+SpanAffine InferenceAffine(const BatchNormJob& job, size_t ci, float mean, float var) {
+  const double gamma = job.gamma != nullptr ? job.gamma[ci] : 1.0;
+  const double beta = job.beta != nullptr ? job.beta[ci] : 0.0;
+  const double mul = gamma / std::sqrt(static_cast<double>(var) + job.eps);
+  return {false, 1.0f, 0.0f, static_cast<float>(mul),
+          static_cast<float>(beta - mean * mul)};
+}
+
+nk_status OutOfMemory(const BatchNormJob& job) {
+  return SetError(NK_ERR_OUT_OF_MEMORY,
+                  "%s: out of memory for per-channel partial statistics", job.function);
+}
+
+// ---------------------------------------------------------------- NCHW
+
+class Planes {
+ public:
+  Planes(const ChannelNormKernels& k, const BatchNormJob& job)
+      : k_(k), job_(job), spans_(NumChunks(job.spatial)) {}
+
+  size_t spans_per_channel() const { return job_.n * spans_; }
+  size_t spans() const { return job_.n * job_.c * spans_; }
+
+  // Span `s` of the tensor in memory order: its offset, length and channel.
+  size_t Span(size_t s, size_t* len, size_t* ci) const {
+    const size_t plane = s / spans_;
+    const size_t s0 = (s % spans_) * kChunk;
+    *len = std::min(kChunk, job_.spatial - s0);
+    *ci = plane % job_.c;
+    return plane * job_.spatial + s0;
+  }
+  // Span `i` of channel ci (i < spans_per_channel()), as an index in memory order.
+  size_t ChannelSpan(size_t ci, size_t i) const {
+    return ((i / spans_) * job_.c + ci) * spans_ + i % spans_;
+  }
+
+  Moments SpanMoments(size_t s, float scale) const {
+    size_t len, ci;
+    const size_t off = Span(s, &len, &ci);
+    return k_.span_moments(job_.x + off, len, scale);
+  }
+
+  // The channel's statistics from its spans' moments `moment(i)`.
+  template <class MomentOf>
+  SetStats Stats(size_t ci, const MomentOf& moment) const {
+    const size_t count = spans_per_channel();
+    return SetStatistics(
+        MergePairwise(0, count, moment), job_.eps,
+        [&] {
+          float m = 0.0f;
+          for (size_t i = 0; i < count; ++i) {
+            size_t len, unused;
+            const size_t off = Span(ChannelSpan(ci, i), &len, &unused);
+            const float a = k_.span_max_abs(job_.x + off, len);
+            m = (a > m || std::isnan(a)) ? a : m;
+          }
+          return m;
+        },
+        [&](float scale) {
+          return MergePairwise(0, count, [&](size_t i) {
+            return SpanMoments(ChannelSpan(ci, i), scale);
+          });
+        });
+  }
+
+  SetStats Stats(size_t ci) const {
+    return Stats(ci, [&](size_t i) { return SpanMoments(ChannelSpan(ci, i), 1.0f); });
+  }
+
+  void Apply(size_t s, const SpanAffine& a, bool stream) const {
+    size_t len, ci;
+    const size_t off = Span(s, &len, &ci);
+    k_.span_apply(job_.x + off, len, a, stream, job_.y + off);
+  }
+
+ private:
+  const ChannelNormKernels& k_;
+  const BatchNormJob& job_;
+  size_t spans_;  // per plane
+};
+
+// Whole channels per thread when that balances.
+bool ByChannel(size_t c, int threads) {
+  return threads == 1 || c % static_cast<size_t>(threads) == 0 ||
+         c >= 8 * static_cast<size_t>(threads);
+}
+
+// Statistics of every channel, all spans measured in parallel.
+nk_status AllPlaneStats(const BatchNormJob& job, const Planes& planes, int threads,
+                        std::vector<SetStats>* stats) {
+  std::vector<Moments> moments;
+  try {
+    moments.resize(planes.spans());
+    stats->resize(job.c);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory(job);
+  }
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+  for (size_t s = 0; s < planes.spans(); ++s) moments[s] = planes.SpanMoments(s, 1.0f);
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+  for (size_t ci = 0; ci < job.c; ++ci) {
+    (*stats)[ci] = planes.Stats(
+        ci, [&](size_t i) { return moments[planes.ChannelSpan(ci, i)]; });
+  }
+  return NK_OK;
+}
+
+// y over all spans, with each channel's affine map.
+template <class AffineOf>
+void ApplyPlanes(const Planes& planes, int threads, bool stream,
+                 const AffineOf& affine) {
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+#pragma omp for schedule(static) nowait
+    for (size_t s = 0; s < planes.spans(); ++s) {
+      size_t len, ci;
+      planes.Span(s, &len, &ci);
+      planes.Apply(s, affine(ci), stream);
+    }
+    if (stream) hwy::FlushStream();
+  }
+}
+
+// ---------------------------------------------------------------- NHWC
+
+// Per-channel statistics of NHWC.
+nk_status ColumnStats(const ChannelNormKernels& k, const BatchNormJob& job, int threads,
+                      std::vector<SetStats>* stats) {
+  const size_t c = job.c;
+  const size_t rows = job.n * job.spatial;
+  const size_t chunk_rows = ColumnChunkRows(c);
+  const size_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  const size_t scratch_floats = ColumnScratchFloats(chunk_rows, c);
+  std::vector<float> mean, m2, scratch;
+  try {
+    mean.resize(chunks * c);
+    m2.resize(chunks * c);
+    scratch.resize(static_cast<size_t>(threads) * scratch_floats);
+    stats->resize(c);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory(job);
+  }
+  const auto rows_in = [&](size_t first, size_t end) {  // rows of chunks [first, end)
+    return std::min(rows, end * chunk_rows) - first * chunk_rows;
+  };
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+  for (size_t ch = 0; ch < chunks; ++ch) {
+    float* own = scratch.data() + static_cast<size_t>(omp_get_thread_num()) * scratch_floats;
+    k.column_moments(job.x + ch * chunk_rows * c, rows_in(ch, ch + 1), c, own,
+                     mean.data() + ch * c, m2.data() + ch * c);
+  }
+  // Pairwise tree over chunks: at width w, chunk a takes in chunk a + w.
+  for (size_t w = 1; w < chunks; w *= 2) {
+    for (size_t a = 0; a + w < chunks; a += 2 * w) {
+      const double na = static_cast<double>(rows_in(a, a + w));
+      const double nb = static_cast<double>(rows_in(a + w, std::min(chunks, a + 2 * w)));
+      const double n = na + nb;
+      k.merge_columns(c, static_cast<float>(nb / n), static_cast<float>(na * nb / n),
+                      mean.data() + a * c, m2.data() + a * c, mean.data() + (a + w) * c,
+                      m2.data() + (a + w) * c);
+    }
+  }
+#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
+  for (size_t ci = 0; ci < c; ++ci) {
+    const Moments first = {static_cast<double>(rows), mean[ci], m2[ci]};
+    (*stats)[ci] = SetStatistics(
+        first, job.eps, [&] { return k.strided_max_abs(job.x + ci, c, rows); },
+        [&](float scale) { return k.strided_moments(job.x + ci, c, rows, scale); });
+  }
+  return NK_OK;
+}
+
+// y = affine per column, over chunks of rows split among threads.
+nk_status ApplyColumns(const ChannelNormKernels& k, const BatchNormJob& job, int threads,
+                       bool stream, const std::vector<SpanAffine>& affine) {
+  const size_t c = job.c;
+  std::vector<float> params;
+  bool scaled = false;
+  try {
+    params.resize(4 * c);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory(job);
+  }
+  for (size_t ci = 0; ci < c; ++ci) {
+    params[ci] = affine[ci].scale;
+    params[c + ci] = affine[ci].shift;
+    params[2 * c + ci] = affine[ci].mul;
+    params[3 * c + ci] = affine[ci].add;
+    scaled |= affine[ci].scale != 1.0f;
+  }
+  const ColumnAffine columns = {scaled ? params.data() : nullptr,
+                                affine[0].center ? params.data() + c : nullptr,
+                                params.data() + 2 * c, params.data() + 3 * c};
+  const size_t rows = job.n * job.spatial;
+  const size_t chunk_rows = ColumnChunkRows(c);
+  const size_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const size_t parts = static_cast<size_t>(omp_get_num_threads());
+    const size_t t = static_cast<size_t>(omp_get_thread_num());
+    const size_t r0 = std::min(rows, PartBegin(chunks, t, parts) * chunk_rows);
+    const size_t r1 = std::min(rows, PartBegin(chunks, t + 1, parts) * chunk_rows);
+    if (r1 > r0) {
+      k.column_apply(job.x + r0 * c, r1 - r0, c, columns, stream, job.y + r0 * c);
+    }
+    if (stream) hwy::FlushStream();
+  }
+  return NK_OK;
+}
+
+// ---------------------------------------------------------------- shared
+
+struct Context {
+  const ChannelNormKernels& k;
+  int threads;
+  bool stream;
+};
+
+Context ContextFor(const BatchNormJob& job) {
+  const size_t elements = job.n * job.c * job.spatial;
+  return {ChannelNormKernelsFor(CurrentTarget()), ThreadsFor(elements),
+          elements * sizeof(float) >= kStreamBytes};
+}
+
+// Statistics of every channel in either layout.
+nk_status AllStats(const Context& ctx, const BatchNormJob& job,
+                   std::vector<SetStats>* stats) {
+  if (job.channels_last) return ColumnStats(ctx.k, job, ctx.threads, stats);
+  const Planes planes(ctx.k, job);
+  if (!ByChannel(job.c, ctx.threads)) return AllPlaneStats(job, planes, ctx.threads, stats);
+  try {
+    stats->resize(job.c);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory(job);
+  }
+#pragma omp parallel for num_threads(ctx.threads) if (ctx.threads > 1) schedule(static)
+  for (size_t ci = 0; ci < job.c; ++ci) (*stats)[ci] = planes.Stats(ci);
+  return NK_OK;
+}
+
+}  // namespace
+
+nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
+                            float* running_var, float* save_mean, float* save_rstd) {
+  const Context ctx = ContextFor(job);
+  const double count = static_cast<double>(job.n * job.spatial);
+  const auto outputs = [&](size_t ci, const SetStats& st) {
+    if (save_mean != nullptr) save_mean[ci] = st.mean_out;
+    if (save_rstd != nullptr) save_rstd[ci] = st.rstd_out;
+    if (running_mean != nullptr) {
+      UpdateRunning(count, st.mean_out, M2Of(st), job.momentum, running_mean + ci,
+                    running_var + ci);
+    }
+  };
+  if (!job.channels_last && ByChannel(job.c, ctx.threads)) {
+    // Each channel normalized right after its statistics, while it is in cache.
+    const Planes planes(ctx.k, job);
+#pragma omp parallel num_threads(ctx.threads) if (ctx.threads > 1)
+    {
+#pragma omp for schedule(static) nowait
+      for (size_t ci = 0; ci < job.c; ++ci) {
+        const SetStats st = planes.Stats(ci);
+        outputs(ci, st);
+        const SpanAffine a = TrainingAffine(job, ci, st);
+        for (size_t i = 0; i < planes.spans_per_channel(); ++i) {
+          planes.Apply(planes.ChannelSpan(ci, i), a, ctx.stream);
+        }
+      }
+      if (ctx.stream) hwy::FlushStream();
+    }
+    return NK_OK;
+  }
+  std::vector<SetStats> stats;
+  std::vector<SpanAffine> affine;
+  nk_status status = AllStats(ctx, job, &stats);
+  if (status != NK_OK) return status;
+  try {
+    affine.resize(job.c);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory(job);
+  }
+  for (size_t ci = 0; ci < job.c; ++ci) {
+    outputs(ci, stats[ci]);
+    affine[ci] = TrainingAffine(job, ci, stats[ci]);
+  }
+  if (job.channels_last) return ApplyColumns(ctx.k, job, ctx.threads, ctx.stream, affine);
+  ApplyPlanes(Planes(ctx.k, job), ctx.threads, ctx.stream,
+              [&](size_t ci) { return affine[ci]; });
+  return NK_OK;
+}
+
+nk_status BatchNormInference(const BatchNormJob& job, const float* mean,
+                             const float* var) {
+  const Context ctx = ContextFor(job);
+  std::vector<SpanAffine> affine;
+  try {
+    affine.resize(job.c);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory(job);
+  }
+  for (size_t ci = 0; ci < job.c; ++ci) {
+    affine[ci] = InferenceAffine(job, ci, mean[ci], var[ci]);
+  }
+  if (job.channels_last) return ApplyColumns(ctx.k, job, ctx.threads, ctx.stream, affine);
+  ApplyPlanes(Planes(ctx.k, job), ctx.threads, ctx.stream,
+              [&](size_t ci) { return affine[ci]; });
+  return NK_OK;
+}
+
+nk_status BatchNormMoments(const BatchNormJob& job, float* mean, float* m2) {
+  const Context ctx = ContextFor(job);
+  std::vector<SetStats> stats;
+  const nk_status status = AllStats(ctx, job, &stats);
+  if (status != NK_OK) return status;
+  for (size_t ci = 0; ci < job.c; ++ci) {
+    mean[ci] = stats[ci].mean_out;
+    m2[ci] = static_cast<float>(M2Of(stats[ci]));
+  }
+  return NK_OK;
+}
+
+}  // namespace nk

@@ -1,0 +1,308 @@
+// channelnorm-inl.h: statistics and normalization per channel (BatchNorm), per target.
+//
+// NCHW reads channels as contiguous spans (planes) and reuses the row path's span
+// moments. NHWC puts channels in lanes: a block of kBlockVectors rows gives per-column
+// moments (the block's sum relative to its first row, then squared deviations, as in
+// moments-inl.h), and blocks are merged in a pairwise tree per column. Rows narrower
+// than a vector are first widened to a period of whole vectors (k rows of c columns,
+// k a power of two) whose columns are folded back to c channels by pairwise merges.
+#if defined(NK_KERNELS_CHANNELNORM_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef NK_KERNELS_CHANNELNORM_INL_H_
+#undef NK_KERNELS_CHANNELNORM_INL_H_
+#else
+#define NK_KERNELS_CHANNELNORM_INL_H_
+#endif
+
+#include <stdint.h>
+
+#include "hwy/highway.h"
+#include "kernels/channelnorm.h"
+#include "kernels/moments-inl.h"
+#include "kernels/moments.h"
+#include "kernels/sources-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace nk {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// ---------------------------------------------------------------- spans (NCHW)
+
+Moments ChannelSpanMoments(const float* x, size_t n, float scale) {
+  const hn::ScalableTag<float> d;
+  if (scale == 1.0f) return SpanMoments<true>(d, F32Source{x}, 0, n);
+  return SpanMoments<true>(d, ScaledSource<F32Source>{F32Source{x}, scale}, 0, n);
+}
+
+float ChannelSpanMaxAbs(const float* x, size_t n) {
+  return SpanMaxAbs(hn::ScalableTag<float>(), F32Source{x}, 0, n);
+}
+
+template <bool kCenter, bool kScaled>
+HWY_INLINE void AffineSpan(const float* x, size_t n, const SpanAffine& a, bool stream,
+                           float* y) {
+  const auto value = [&](auto d, size_t i) HWY_ATTR {
+    auto v = hn::LoadU(d, x + i);
+    if (kScaled) v = hn::Mul(v, hn::Set(d, a.scale));
+    if (kCenter) v = hn::Sub(v, hn::Set(d, a.shift));
+    return hn::MulAdd(v, hn::Set(d, a.mul), hn::Set(d, a.add));
+  };
+  const auto store = [&](auto d, size_t i) HWY_ATTR { hn::StoreU(value(d, i), d, y + i); };
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  if (stream && reinterpret_cast<uintptr_t>(y) % sizeof(float) == 0) {
+    const hn::CappedTag<float, 1> d1;
+    for (; i < n && reinterpret_cast<uintptr_t>(y + i) % (N * sizeof(float)) != 0; ++i) {
+      store(d1, i);
+    }
+    for (; i + N <= n; i += N) hn::Stream(value(d, i), d, y + i);
+  }
+  for (; i + 4 * N <= n; i += 4 * N) {
+    store(d, i);
+    store(d, i + N);
+    store(d, i + 2 * N);
+    store(d, i + 3 * N);
+  }
+  ForEachVector(d, i, n, store);
+}
+
+// y may be x: each element is read before it is written.
+void ChannelSpanApply(const float* x, size_t n, const SpanAffine& a, bool stream,
+                      float* y) {
+  const bool scaled = a.scale != 1.0f;
+  if (a.center) {
+    scaled ? AffineSpan<true, true>(x, n, a, stream, y)
+           : AffineSpan<true, false>(x, n, a, stream, y);
+  } else {
+    scaled ? AffineSpan<false, true>(x, n, a, stream, y)
+           : AffineSpan<false, false>(x, n, a, stream, y);
+  }
+}
+
+// ---------------------------------------------------------------- columns (NHWC)
+
+// Columns are processed in widths of whole vectors, then one-lane vectors for the
+// last c % N: f(d, j) for each group of columns starting at j.
+template <class Func>
+HWY_INLINE void ForEachColumnGroup(size_t c, const Func& f) {
+  ForEachVector(hn::ScalableTag<float>(), 0, c, f);
+}
+
+// Per-column moments of a [rows][c] matrix (rows >= 1) by blocks of kBlockVectors
+// rows in a pairwise tree per column; scratch holds the tree's levels.
+void ColumnMomentsTree(const float* x, size_t rows, size_t c, float* scratch,
+                       float* mean_out, float* m2_out) {
+  constexpr size_t K = kBlockVectors;
+  const size_t levels = ColumnLevels(rows);
+  float* level_mean = scratch;
+  float* level_m2 = scratch + levels * c;
+  const size_t blocks = rows / K;
+  for (size_t b = 0; b < blocks; ++b) {
+    const float* xb = x + b * K * c;
+    ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
+      hn::Vec<decltype(d)> mean, m2;
+      FullBlockMomentsOf<true, K>(
+          d, [&](size_t k) HWY_ATTR { return hn::LoadU(d, xb + k * c + j); }, mean, m2);
+      float count = static_cast<float>(K);
+      size_t level = 0;
+      for (size_t t = b; t & 1; t >>= 1, ++level) {
+        auto lower_mean = hn::LoadU(d, level_mean + level * c + j);
+        auto lower_m2 = hn::LoadU(d, level_m2 + level * c + j);
+        MergeEqualLanes<true>(d, lower_mean, lower_m2, mean, m2, count);
+        mean = lower_mean;
+        m2 = lower_m2;
+        count *= 2.0f;
+      }
+      hn::StoreU(mean, d, level_mean + level * c + j);
+      hn::StoreU(m2, d, level_m2 + level * c + j);
+    });
+  }
+  const size_t rest = rows - blocks * K;
+  const float* xr = x + blocks * K * c;
+  ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
+    auto mean = hn::Zero(d), m2 = hn::Zero(d);
+    float count = 0.0f;
+    // Collapse the levels, smallest first, each into the larger, older one.
+    for (size_t level = 0; (blocks >> level) != 0; ++level) {
+      if (((blocks >> level) & 1) == 0) continue;
+      auto big_mean = hn::LoadU(d, level_mean + level * c + j);
+      auto big_m2 = hn::LoadU(d, level_m2 + level * c + j);
+      const float big = static_cast<float>(K << level);
+      if (count != 0.0f) MergeLanes<true>(d, big_mean, big_m2, mean, m2, big, count);
+      mean = big_mean;
+      m2 = big_m2;
+      count += big;
+    }
+    if (rest != 0) {
+      hn::Vec<decltype(d)> rest_mean, rest_m2;
+      BlockMomentsOf<true>(
+          d, [&](size_t k) HWY_ATTR { return hn::LoadU(d, xr + k * c + j); }, rest,
+          rest_mean, rest_m2);
+      if (count == 0.0f) {
+        mean = rest_mean;
+        m2 = rest_m2;
+      } else {
+        MergeLanes<true>(d, mean, m2, rest_mean, rest_m2, count,
+                         static_cast<float>(rest));
+      }
+    }
+    hn::StoreU(mean, d, mean_out + j);
+    hn::StoreU(m2, d, m2_out + j);
+  });
+}
+
+// Equal-count Chan merge of columns [half, 2 * half) into [0, half).
+HWY_INLINE void FoldColumns(size_t half, float count, float* mean, float* m2) {
+  ForEachColumnGroup(half, [&](auto d, size_t j) HWY_ATTR {
+    auto a_mean = hn::LoadU(d, mean + j);
+    auto a_m2 = hn::LoadU(d, m2 + j);
+    MergeEqualLanes<true>(d, a_mean, a_m2, hn::LoadU(d, mean + half + j),
+                          hn::LoadU(d, m2 + half + j), count);
+    hn::StoreU(a_mean, d, mean + j);
+    hn::StoreU(a_m2, d, m2 + j);
+  });
+}
+
+void ColumnMoments(const float* x, size_t rows, size_t c, float* scratch,
+                   float* mean_out, float* m2_out) {
+  const size_t k = ColumnPeriodRows(c);
+  if (k == 1 || rows < k) {
+    ColumnMomentsTree(x, rows, c, scratch, mean_out, m2_out);
+    return;
+  }
+  // Narrow rows: moments of rows / k wide rows of k * c columns, folded in halves
+  // (column j and j + width / 2 are the same channel), then the rows % k left over.
+  const size_t width = k * c;
+  const size_t wide_rows = rows / k;
+  HWY_ALIGN float mean[kMaxColumnPeriod];
+  HWY_ALIGN float m2[kMaxColumnPeriod];
+  ColumnMomentsTree(x, wide_rows, width, scratch, mean, m2);
+  float count = static_cast<float>(wide_rows);
+  for (size_t half = width / 2; half >= c; half /= 2, count *= 2.0f) {
+    FoldColumns(half, count, mean, m2);
+  }
+  const size_t rest = rows - wide_rows * k;
+  if (rest != 0) {
+    HWY_ALIGN float rest_mean[kMaxColumnPeriod];
+    HWY_ALIGN float rest_m2[kMaxColumnPeriod];
+    ColumnMomentsTree(x + wide_rows * width, rest, c, scratch, rest_mean, rest_m2);
+    ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
+      auto a_mean = hn::LoadU(d, mean + j);
+      auto a_m2 = hn::LoadU(d, m2 + j);
+      MergeLanes<true>(d, a_mean, a_m2, hn::LoadU(d, rest_mean + j),
+                       hn::LoadU(d, rest_m2 + j), count, static_cast<float>(rest));
+      hn::StoreU(a_mean, d, mean + j);
+      hn::StoreU(a_m2, d, m2 + j);
+    });
+  }
+  for (size_t j = 0; j < c; ++j) {
+    mean_out[j] = mean[j];
+    m2_out[j] = m2[j];
+  }
+}
+
+void MergeColumns(size_t c, float weight_b, float weight_ab, float* mean_a, float* m2_a,
+                  const float* mean_b, const float* m2_b) {
+  ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
+    const auto a_mean = hn::LoadU(d, mean_a + j);
+    const auto delta = hn::Sub(hn::LoadU(d, mean_b + j), a_mean);
+    hn::StoreU(hn::MulAdd(delta, hn::Set(d, weight_b), a_mean), d, mean_a + j);
+    hn::StoreU(hn::MulAdd(hn::Mul(delta, delta), hn::Set(d, weight_ab),
+                          hn::Add(hn::LoadU(d, m2_a + j), hn::LoadU(d, m2_b + j))),
+               d, m2_a + j);
+  });
+}
+
+template <bool kCenter, bool kScaled>
+HWY_INLINE void AffineColumns(const float* x, size_t rows, size_t c,
+                              const ColumnAffine& a, bool stream, float* y) {
+  const float* HWY_RESTRICT scale = a.scale;
+  const float* HWY_RESTRICT shift = a.shift;
+  const float* HWY_RESTRICT mul = a.mul;
+  const float* HWY_RESTRICT add = a.add;
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto value = [&](auto dv, const float* row, size_t j) HWY_ATTR {
+    auto v = hn::LoadU(dv, row + j);
+    if (kScaled) v = hn::Mul(v, hn::LoadU(dv, scale + j));
+    if (kCenter) v = hn::Sub(v, hn::LoadU(dv, shift + j));
+    return hn::MulAdd(v, hn::LoadU(dv, mul + j), hn::LoadU(dv, add + j));
+  };
+  // Streaming needs every row's start aligned: whole-vector rows from an aligned y.
+  stream = stream && c % N == 0 &&
+           reinterpret_cast<uintptr_t>(y) % (N * sizeof(float)) == 0;
+  for (size_t r = 0; r < rows; ++r) {
+    const float* row = x + r * c;
+    float* out = y + r * c;
+    if (stream) {
+      for (size_t j = 0; j < c; j += N) hn::Stream(value(d, row, j), d, out + j);
+      continue;
+    }
+    ForEachColumnGroup(c, [&](auto dv, size_t j) HWY_ATTR {
+      hn::StoreU(value(dv, row, j), dv, out + j);
+    });
+  }
+}
+
+HWY_INLINE void ColumnApplyRows(const float* x, size_t rows, size_t c,
+                                const ColumnAffine& a, bool stream, float* y) {
+  const bool center = a.shift != nullptr;
+  const bool scaled = a.scale != nullptr;
+  if (center) {
+    scaled ? AffineColumns<true, true>(x, rows, c, a, stream, y)
+           : AffineColumns<true, false>(x, rows, c, a, stream, y);
+  } else {
+    scaled ? AffineColumns<false, true>(x, rows, c, a, stream, y)
+           : AffineColumns<false, false>(x, rows, c, a, stream, y);
+  }
+}
+
+void ColumnApply(const float* x, size_t rows, size_t c, const ColumnAffine& a,
+                 bool stream, float* y) {
+  const size_t k = ColumnPeriodRows(c);
+  if (k == 1 || rows < k) return ColumnApplyRows(x, rows, c, a, stream, y);
+  // Narrow rows: the parameters repeated k times, so k rows are one row of whole
+  // vectors.
+  const size_t width = k * c;
+  HWY_ALIGN float wide[4][kMaxColumnPeriod];
+  const float* in[4] = {a.scale, a.shift, a.mul, a.add};
+  for (size_t p = 0; p < 4; ++p) {
+    if (in[p] == nullptr) continue;
+    for (size_t j = 0; j < width; ++j) wide[p][j] = in[p][j % c];
+  }
+  const ColumnAffine wide_affine = {a.scale ? wide[0] : nullptr,
+                                    a.shift ? wide[1] : nullptr, wide[2], wide[3]};
+  const size_t wide_rows = rows / k;
+  ColumnApplyRows(x, wide_rows, width, wide_affine, stream, y);
+  const size_t done = wide_rows * width;
+  ColumnApplyRows(x + done, rows - wide_rows * k, c, a, stream, y + done);
+}
+
+// ---------------------------------------------------------------- strided (slow path)
+
+// Channel ci of NHWC as a source: element i is x[i * stride], times scale.
+struct StridedSource {
+  const float* x;
+  size_t stride;
+  float scale;
+  template <class D>
+  HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
+    return hn::Mul(hn::Set(d, x[i * stride]), hn::Set(d, scale));
+  }
+};
+
+Moments ChannelStridedMoments(const float* x, size_t stride, size_t n, float scale) {
+  return SpanMoments<true>(hn::CappedTag<float, 1>(), StridedSource{x, stride, scale}, 0,
+                           n);
+}
+
+float ChannelStridedMaxAbs(const float* x, size_t stride, size_t n) {
+  return SpanMaxAbs(hn::CappedTag<float, 1>(), StridedSource{x, stride, 1.0f}, 0, n);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace nk
+HWY_AFTER_NAMESPACE();
+
+#endif  // NK_KERNELS_CHANNELNORM_INL_H_

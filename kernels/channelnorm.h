@@ -1,0 +1,92 @@
+// channelnorm.h: the per-target kernels of statistics per channel (BatchNorm), on the
+// two layouts' building blocks: contiguous spans (a plane of NCHW, or a chunk of one)
+// and column blocks (rows of NHWC, one column per channel).
+#ifndef NK_KERNELS_CHANNELNORM_H_
+#define NK_KERNELS_CHANNELNORM_H_
+
+#include <cstddef>
+
+#include "kernels/moments.h"
+
+namespace nk {
+
+// y = ((x * scale) - shift) * mul + add on a span; with center == false the shift is
+// skipped (inference folds the mean into add). scale is 1 except on the overflow
+// slow path, where it is the power of two the statistics were taken at.
+struct SpanAffine {
+  bool center;
+  float scale, shift, mul, add;
+};
+
+// The same per column of a [rows][c] matrix: arrays of c values. scale == nullptr
+// means all ones; shift == nullptr means no centering.
+struct ColumnAffine {
+  const float* scale;
+  const float* shift;
+  const float* mul;
+  const float* add;
+};
+
+// Rows per chunk of an NHWC tensor with c channels: the fixed partition whose
+// per-column moments are merged in a fixed tree, so the bits do not depend on the
+// thread count. About 64 Ki elements, a multiple of every target's row block.
+inline size_t ColumnChunkRows(size_t c) {
+  const size_t rows = (size_t{1} << 16) / c / 64 * 64;
+  return rows < 64 ? 64 : rows;
+}
+
+struct ChannelNormKernels {
+  // Moments of x[0, n) times scale.
+  Moments (*span_moments)(const float* x, size_t n, float scale);
+  // max |x| over x[0, n); NaN if any is NaN.
+  float (*span_max_abs)(const float* x, size_t n);
+  // Affine map of x[0, n) into y (which may be x). With `stream`, non-temporal
+  // stores; the caller flushes (hwy::FlushStream) before the output is read.
+  void (*span_apply)(const float* x, size_t n, const SpanAffine& a, bool stream,
+                     float* y);
+  // Per-column moments (count `rows` each) of a [rows][c] matrix: mean[c], m2[c].
+  // scratch: ColumnScratchFloats(rows, c) floats.
+  void (*column_moments)(const float* x, size_t rows, size_t c, float* scratch,
+                         float* mean, float* m2);
+  // Chan merge of columns b into a, given the weights nb / n and na * nb / n.
+  void (*merge_columns)(size_t c, float weight_b, float weight_ab, float* mean_a,
+                        float* m2_a, const float* mean_b, const float* m2_b);
+  // Affine map per column of a [rows][c] matrix into y (which may be x).
+  void (*column_apply)(const float* x, size_t rows, size_t c, const ColumnAffine& a,
+                       bool stream, float* y);
+  // Moments and max |x| of x[0], x[stride], ... (n elements), times scale: one
+  // channel of NHWC, on the overflow slow path only.
+  Moments (*strided_moments)(const float* x, size_t stride, size_t n, float scale);
+  float (*strided_max_abs)(const float* x, size_t stride, size_t n);
+};
+
+// Rows narrower than the widest vector (16 floats) are processed k at a time, as one
+// row of k * c columns, k = 16 / gcd(c, 16), when that is at most kMaxColumnPeriod
+// columns; 1 otherwise. ColumnChunkRows(c) is a multiple of k.
+constexpr size_t kMaxColumnPeriod = 1024;
+inline size_t ColumnPeriodRows(size_t c) {
+  size_t k = 16;
+  while (k > 1 && c % (16 / k * 2) == 0) k /= 2;
+  return k * c <= kMaxColumnPeriod ? k : 1;
+}
+
+// Levels of column_moments' per-column tree for `rows` rows: one per bit.
+inline size_t ColumnLevels(size_t rows) {
+  size_t levels = 1;
+  while ((rows >> levels) != 0) ++levels;
+  return levels;
+}
+
+// Scratch of column_moments: two stacks of per-column moments, for the narrow rows'
+// widened period too.
+inline size_t ColumnScratchFloats(size_t rows, size_t c) {
+  const size_t width = ColumnPeriodRows(c) * c;
+  return 2 * ColumnLevels(rows) * (width > c ? width : c);
+}
+
+// The table of `target` (a single HWY_* bit that this library compiled).
+const ChannelNormKernels& ChannelNormKernelsFor(long long target);
+
+}  // namespace nk
+
+#endif  // NK_KERNELS_CHANNELNORM_H_

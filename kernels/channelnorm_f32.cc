@@ -1,0 +1,34 @@
+// channelnorm_f32.cc: the fp32 per-channel (BatchNorm) kernels, compiled once per
+// Highway target.
+#include "kernels/channelnorm.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/channelnorm_f32.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/channelnorm-inl.h"
+#include "kernels/dispatch.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace nk {
+namespace HWY_NAMESPACE {
+
+extern const ChannelNormKernels kChannelNormKernels = {
+    &ChannelSpanMoments, &ChannelSpanMaxAbs, &ChannelSpanApply,
+    &ColumnMoments,      &MergeColumns,      &ColumnApply,
+    &ChannelStridedMoments, &ChannelStridedMaxAbs};
+
+}  // namespace HWY_NAMESPACE
+}  // namespace nk
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace nk {
+
+const ChannelNormKernels& ChannelNormKernelsFor(long long target) {
+  NK_SELECT_TARGET(target, kChannelNormKernels);
+  return HWY_STATIC_DISPATCH(kChannelNormKernels);
+}
+
+}  // namespace nk
+#endif  // HWY_ONCE

@@ -1,0 +1,396 @@
+// test_batchnorm.cc: BatchNorm training and inference and the SyncBatchNorm pieces
+// against the long-double reference, within the design.md bound, under every ISA.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "batchnorm_case.h"
+#include "reference.h"
+#include "test_util.h"
+
+namespace nk_test {
+namespace {
+
+class BatchNorm : public IsaTest {};
+
+constexpr nk_layout kLayouts[] = {NK_LAYOUT_NCHW, NK_LAYOUT_NHWC};
+
+// The grid: c in {1, 3, 17, 64}, spatial in {1, 7x7, 111, 56x56},
+// n in {1, 2, 8}, both layouts, training and inference.
+TEST_P(BatchNorm, ShapeGrid) {
+  for (size_t c : {1, 3, 17, 64}) {
+    for (size_t spatial : {1, 49, 111, 3136}) {
+      for (size_t n : {1, 2, 8}) {
+        if (n * spatial == 1) continue;  // an error in training, tested in the API test
+        for (nk_layout layout : kLayouts) {
+          for (bool training : {true, false}) {
+            BnCase k;
+            k.n = n, k.c = c, k.spatial = spatial, k.layout = layout;
+            k.training = training;
+            ASSERT_EQ(RunAndCheckBn(k), 0);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Every channel count 1..67 (NHWC's vector and period tails) and every spatial size
+// 1..67 (NCHW's), with odd n.
+TEST_P(BatchNorm, EveryChannelCountAndSpatialUpTo67) {
+  for (size_t c = 1; c <= 67; ++c) {
+    BnCase k;
+    k.n = 3, k.c = c, k.spatial = 37, k.layout = NK_LAYOUT_NHWC;
+    ASSERT_EQ(RunAndCheckBn(k), 0);
+  }
+  for (size_t spatial = 1; spatial <= 67; ++spatial) {
+    BnCase k;
+    k.n = 2, k.c = 3, k.spatial = spatial, k.layout = NK_LAYOUT_NCHW;
+    ASSERT_EQ(RunAndCheckBn(k), 0);
+  }
+}
+
+// Long channels: several kChunk spans per plane (NCHW), several row chunks with a
+// short last one (NHWC), primes.
+TEST_P(BatchNorm, LongChannels) {
+  for (nk_layout layout : kLayouts) {
+    BnCase k;
+    k.n = 1, k.c = 2, k.spatial = 100003, k.layout = layout;
+    ASSERT_EQ(RunAndCheckBn(k), 0);
+    k.n = 3, k.c = 5, k.spatial = 16411;
+    ASSERT_EQ(RunAndCheckBn(k), 0);
+  }
+}
+
+TEST_P(BatchNorm, OptionalArgumentsMisalignedAndInPlace) {
+  for (nk_layout layout : kLayouts) {
+    for (size_t misalign : {1, 3}) {
+      for (int variant = 0; variant < 4; ++variant) {
+        BnCase k;
+        k.n = 2, k.c = 19, k.spatial = 53, k.layout = layout, k.misalign = misalign;
+        k.gamma = variant & 1;
+        k.beta = variant & 2;
+        k.running = variant != 1;
+        k.save = variant != 2;
+        k.in_place = variant >= 2;
+        ASSERT_EQ(RunAndCheckBn(k), 0);
+        k.training = false;
+        ASSERT_EQ(RunAndCheckBn(k), 0);
+      }
+    }
+  }
+}
+
+// 1e4 + N(0, 1) per channel, and a channel that is a sorted ramp over 100003 values.
+TEST_P(BatchNorm, IllConditioned) {
+  for (nk_layout layout : kLayouts) {
+    BnCase k;
+    k.n = 4, k.c = 6, k.spatial = 1024, k.layout = layout;
+    k.fill = [&](Buffer& x) {
+      for (size_t i = 0; i < x.size(); ++i) x[i] += 1e4f;
+    };
+    ASSERT_EQ(RunAndCheckBn(k), 0);
+    BnCase ramp;
+    ramp.n = 1, ramp.c = 2, ramp.spatial = 100003, ramp.layout = layout;
+    ramp.fill = [&](Buffer& x) {
+      for (size_t ci = 0; ci < ramp.c; ++ci) {
+        for (size_t j = 0; j < ramp.count(); ++j) {
+          x[ramp.Index(ci, j)] = static_cast<float>(
+              1e4L + (-1.7L + 3.4L * j / (ramp.count() - 1)) * (ci + 1));
+        }
+      }
+    };
+    ASSERT_EQ(RunAndCheckBn(ramp), 0);
+  }
+}
+
+// |x| ~ 1e30: squared deviations overflow fp32; the rescaled slow path keeps y, mean
+// and rstd finite and within the bound (running_var, a variance, may be Inf).
+TEST_P(BatchNorm, HugeValues) {
+  for (nk_layout layout : kLayouts) {
+    for (float scale : {1e19f, 1e30f}) {
+      BnCase k;
+      k.n = 2, k.c = 5, k.spatial = 301, k.layout = layout;
+      k.fill = [&](Buffer& x) {
+        for (size_t i = 0; i < x.size(); ++i) x[i] *= scale;
+      };
+      const BnRun r = RunBn(k);
+      ASSERT_EQ(CheckBn(k, r), 0);
+      for (size_t ci = 0; ci < k.c; ++ci) {
+        EXPECT_TRUE(std::isfinite(r.save_mean[ci]) && std::isfinite(r.save_rstd[ci]));
+      }
+    }
+  }
+}
+
+// A constant channel gives exactly beta; a NaN or Inf stays in its channel.
+TEST_P(BatchNorm, ConstantAndNonFiniteChannels) {
+  for (nk_layout layout : kLayouts) {
+    BnCase k;
+    k.n = 3, k.c = 4, k.spatial = 29, k.layout = layout;
+    k.fill = [&](Buffer& x) {
+      for (size_t j = 0; j < k.count(); ++j) {
+        x[k.Index(0, j)] = 3.25f;
+        if (j == 17) x[k.Index(1, j)] = NAN;
+        if (j == 5) x[k.Index(2, j)] = INFINITY;
+      }
+    };
+    const BnRun r = RunBn(k);
+    ASSERT_EQ(CheckBn(k, r), 0);
+    for (size_t j = 0; j < k.count(); ++j) {
+      ASSERT_TRUE(SameBits(r.y[k.Index(0, j)], r.beta[0])) << j;
+      ASSERT_TRUE(std::isnan(r.y[k.Index(1, j)])) << j;
+      ASSERT_FALSE(std::isfinite(r.y[k.Index(2, j)])) << j;
+      ASSERT_TRUE(std::isfinite(r.y[k.Index(3, j)])) << j;
+    }
+    EXPECT_EQ(r.save_mean[0], 3.25f);
+    EXPECT_TRUE(std::isnan(r.save_mean[1]));
+    EXPECT_TRUE(std::isfinite(r.save_mean[3]) && std::isfinite(r.save_rstd[3]));
+  }
+}
+
+// The same values laid out as NCHW and as NHWC give the same statistics (each within
+// the bound of the reference, and so within twice the bound of each other).
+TEST_P(BatchNorm, LayoutsAgree) {
+  BnCase nchw;
+  nchw.n = 4, nchw.c = 17, nchw.spatial = 111;
+  BnCase nhwc = nchw;
+  nhwc.layout = NK_LAYOUT_NHWC;
+  nhwc.fill = [&](Buffer& x) {  // the NCHW case's values, transposed
+    const BnRun src = RunBn(nchw);
+    for (size_t ci = 0; ci < nchw.c; ++ci) {
+      for (size_t j = 0; j < nchw.count(); ++j) x[nhwc.Index(ci, j)] = src.x[nchw.Index(ci, j)];
+    }
+  };
+  const BnRun a = RunBn(nchw), b = RunBn(nhwc);
+  ASSERT_EQ(CheckBn(nchw, a), 0);
+  ASSERT_EQ(CheckBn(nhwc, b), 0);
+  for (size_t ci = 0; ci < nchw.c; ++ci) {
+    const RowRef ref = ChannelRef(nchw, a, ci);
+    const size_t m = nchw.count();
+    EXPECT_LE(std::fabs(a.save_mean[ci] - b.save_mean[ci]), 2 * BoundMean(m, ref));
+    EXPECT_LE(std::fabs(a.save_rstd[ci] - b.save_rstd[ci]), 2 * BoundRstd(m, ref));
+    for (size_t j = 0; j < m; ++j) {
+      ASSERT_LE(std::fabs(a.y[nchw.Index(ci, j)] - b.y[nhwc.Index(ci, j)]),
+                2 * BoundY(m, ref, j, a.gamma[ci], a.beta[ci]));
+    }
+  }
+}
+
+// The same bits for 1, 2 and 3 threads, in every partition mode: many channels
+// (whole channels per thread), few long channels (spans in parallel), NHWC chunks.
+TEST_P(BatchNorm, ThreadCountDoesNotChangeBits) {
+  struct Shape {
+    size_t n, c, spatial;
+    nk_layout layout;
+  };
+  for (const Shape& s : {Shape{8, 64, 196, NK_LAYOUT_NCHW}, Shape{2, 3, 50021, NK_LAYOUT_NCHW},
+                         Shape{1, 5, 40000, NK_LAYOUT_NCHW}, Shape{8, 64, 196, NK_LAYOUT_NHWC},
+                         Shape{4, 3, 20011, NK_LAYOUT_NHWC}, Shape{2, 1000, 101, NK_LAYOUT_NHWC}}) {
+    for (bool training : {true, false}) {
+      BnCase k;
+      k.n = s.n, k.c = s.c, k.spatial = s.spatial, k.layout = s.layout;
+      k.training = training;
+      std::vector<BnRun> runs;
+      for (int threads : {1, 2, 3}) {
+        ASSERT_EQ(nk_set_num_threads(threads), NK_OK);
+        runs.push_back(RunBn(k));
+        ASSERT_EQ(runs.back().status, NK_OK) << nk_last_error();
+      }
+      ASSERT_EQ(CheckBn(k, runs[0]), 0);
+      for (size_t t = 1; t < runs.size(); ++t) {
+        SCOPED_TRACE(k.Describe() + " threads " + std::to_string(t + 1));
+        EXPECT_TRUE(SameBits(runs[t].y, runs[0].y));
+        EXPECT_TRUE(SameBits(runs[t].save_mean, runs[0].save_mean));
+        EXPECT_TRUE(SameBits(runs[t].save_rstd, runs[0].save_rstd));
+        EXPECT_TRUE(SameBits(runs[t].running_var, runs[0].running_var));
+      }
+    }
+  }
+}
+
+// Empty tensors are no-ops that write nothing.
+TEST_P(BatchNorm, EmptyIsANoOp) {
+  Buffer rm(4), rv(4), sm(4), sr(4), y(4);
+  rm.Fill(1.0f);
+  rv.Fill(2.0f);
+  for (nk_layout layout : kLayouts) {
+    EXPECT_EQ(nk_batchnorm_forward_training_f32(0, 4, 5, layout, nullptr, nullptr, nullptr,
+                                                1e-5f, 0.1f, rm.data(), rv.data(),
+                                                nullptr, sm.data(), sr.data()),
+              NK_OK);
+    EXPECT_EQ(nk_batchnorm_forward_training_f32(3, 0, 5, layout, nullptr, nullptr, nullptr,
+                                                1e-5f, 0.1f, nullptr, nullptr, nullptr,
+                                                nullptr, nullptr),
+              NK_OK);
+    EXPECT_EQ(nk_batchnorm_forward_inference_f32(2, 4, 0, layout, nullptr, nullptr, nullptr,
+                                                 nullptr, nullptr, 1e-5f, nullptr),
+              NK_OK);
+  }
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(rm[i], 1.0f);
+    EXPECT_EQ(rv[i], 2.0f);
+    EXPECT_TRUE(std::isnan(sm[i]) && std::isnan(sr[i]));
+  }
+}
+
+// ---------------------------------------------------------------- SyncBatchNorm
+
+// Moments of a shard of `shard_n` images starting at image n0 (NCHW or NHWC: the
+// images are contiguous either way).
+void ShardMoments(const BnCase& k, const std::vector<float>& x, size_t n0, size_t shard_n,
+                  std::vector<float>* mean, std::vector<float>* m2) {
+  mean->assign(k.c, NAN);
+  m2->assign(k.c, NAN);
+  const float* base = shard_n ? x.data() + n0 * k.c * k.spatial : nullptr;
+  ASSERT_EQ(nk_batchnorm_moments_f32(shard_n, k.c, k.spatial, k.layout, base,
+                                     mean->data(), m2->data()),
+            NK_OK)
+      << nk_last_error();
+}
+
+TEST_P(BatchNorm, MomentsMatchTheReference) {
+  for (nk_layout layout : kLayouts) {
+    BnCase k;
+    k.n = 3, k.c = 17, k.spatial = 111, k.layout = layout;
+    const BnRun r = RunBn(k);  // for its x
+    std::vector<float> mean, m2;
+    ShardMoments(k, r.x, 0, k.n, &mean, &m2);
+    for (size_t ci = 0; ci < k.c; ++ci) {
+      const RowRef ref = ChannelRef(k, r, ci);
+      const long double var = 1 / (ref.rstd * ref.rstd) - k.eps;
+      EXPECT_TRUE(MeetsStat(mean[ci], ref.mean, BoundMean(k.count(), ref))) << ci;
+      EXPECT_TRUE(MeetsStat(m2[ci], var * k.count(), BoundVar(k.count(), ref) * k.count()))
+          << ci << ": " << m2[ci] << " vs " << static_cast<double>(var * k.count());
+    }
+  }
+}
+
+// Split a batch into 2 and 3 shards: moments per shard, merged, running stats updated
+// and y normalized with the merged statistics equal the whole-batch training call
+// within the bound. A zero-count shard changes nothing.
+TEST_P(BatchNorm, SyncBatchNormEqualsWholeBatch) {
+  for (nk_layout layout : kLayouts) {
+    for (const std::vector<size_t>& shards :
+         {std::vector<size_t>{3, 5}, std::vector<size_t>{2, 3, 3}}) {
+      BnCase k;
+      k.n = 8, k.c = 17, k.spatial = 49, k.layout = layout;
+      SCOPED_TRACE(k.Describe() + " shards " + std::to_string(shards.size()));
+      const BnRun whole = RunBn(k);
+      ASSERT_EQ(CheckBn(k, whole), 0);
+
+      std::vector<float> mean, m2, mean_b, m2_b;
+      uint64_t count = 0;
+      size_t n0 = 0;
+      for (size_t shard_n : shards) {
+        ShardMoments(k, whole.x, n0, shard_n, &mean_b, &m2_b);
+        const uint64_t count_b = shard_n * k.spatial;
+        if (count == 0) {
+          mean = mean_b, m2 = m2_b;
+        } else {
+          ASSERT_EQ(nk_moments_merge_f32(k.c, count, mean.data(), m2.data(), count_b,
+                                         mean_b.data(), m2_b.data(), mean.data(), m2.data()),
+                    NK_OK);
+        }
+        count += count_b;
+        n0 += shard_n;
+      }
+      // An empty shard merged from either side changes no bit.
+      std::vector<float> empty_mean, empty_m2, out_mean(k.c), out_m2(k.c);
+      ShardMoments(k, whole.x, 0, 0, &empty_mean, &empty_m2);
+      for (size_t ci = 0; ci < k.c; ++ci) {
+        ASSERT_EQ(empty_mean[ci], 0.0f);
+        ASSERT_EQ(empty_m2[ci], 0.0f);
+      }
+      ASSERT_EQ(nk_moments_merge_f32(k.c, count, mean.data(), m2.data(), 0, empty_mean.data(),
+                                     empty_m2.data(), out_mean.data(), out_m2.data()),
+                NK_OK);
+      EXPECT_TRUE(SameBits(out_mean, mean) && SameBits(out_m2, m2));
+      ASSERT_EQ(nk_moments_merge_f32(k.c, 0, empty_mean.data(), empty_m2.data(), count,
+                                     mean.data(), m2.data(), out_mean.data(), out_m2.data()),
+                NK_OK);
+      EXPECT_TRUE(SameBits(out_mean, mean) && SameBits(out_m2, m2));
+
+      std::vector<float> rm = whole.running_mean0, rv = whole.running_var0, var(k.c);
+      ASSERT_EQ(nk_batchnorm_update_running_f32(k.c, count, mean.data(), m2.data(),
+                                                k.momentum, rm.data(), rv.data()),
+                NK_OK);
+      for (size_t ci = 0; ci < k.c; ++ci) var[ci] = m2[ci] / static_cast<float>(count);
+      std::vector<float> y(k.elements(), NAN);
+      ASSERT_EQ(nk_batchnorm_forward_inference_f32(k.n, k.c, k.spatial, k.layout,
+                                                   whole.x.data(), mean.data(), var.data(),
+                                                   whole.gamma.data(), whole.beta.data(),
+                                                   k.eps, y.data()),
+                NK_OK);
+      BnRun synced = whole;
+      synced.y = y;
+      synced.save_mean = mean;
+      for (size_t ci = 0; ci < k.c; ++ci) {
+        synced.save_rstd[ci] = 1.0f / std::sqrt(var[ci] + k.eps);
+      }
+      synced.running_mean = rm;
+      synced.running_var = rv;
+      EXPECT_EQ(CheckBn(k, synced), 0);  // the whole-batch reference, same bound
+    }
+  }
+}
+
+TEST_P(BatchNorm, UpdateRunningFollowsPyTorch) {
+  const float mean[3] = {1.0f, -2.0f, 0.5f}, m2[3] = {9.0f, 0.0f, 4.5f};
+  float rm[3] = {0.0f, 1.0f, 2.0f}, rv[3] = {1.0f, 1.0f, 3.0f};
+  ASSERT_EQ(nk_batchnorm_update_running_f32(3, 10, mean, m2, 0.25f, rm, rv), NK_OK);
+  const float want_rm[3] = {0.25f, 0.25f, 1.625f};
+  const float want_rv[3] = {1.0f, 0.75f, 2.375f};  // 0.75 * rv + 0.25 * m2 / 9
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(rm[i], want_rm[i]) << i;
+    EXPECT_EQ(rv[i], want_rv[i]) << i;
+  }
+  // momentum 0 keeps, 1 replaces.
+  ASSERT_EQ(nk_batchnorm_update_running_f32(3, 10, mean, m2, 0.0f, rm, rv), NK_OK);
+  EXPECT_EQ(rm[2], 1.625f);
+  ASSERT_EQ(nk_batchnorm_update_running_f32(3, 10, mean, m2, 1.0f, rm, rv), NK_OK);
+  EXPECT_EQ(rm[1], -2.0f);
+  EXPECT_EQ(rv[0], 1.0f);
+}
+
+// ---------------------------------------------------------------- seed 003
+
+// Seed 003_60decf3f94fee843: input [4, 3, 240, 240]; BatchNorm normalizes 3 times,
+// each channel over its [4, 240, 240] values; running statistics follow
+// x_n = (1 - momentum) * x_{n-1} + momentum * x; and a convolution's per-channel bias
+// before BN changes nothing, since the mean moves by the bias and the spread does not.
+TEST_P(BatchNorm, SeedDocumentFourByThreeBy240By240) {
+  BnCase k;
+  k.n = 4, k.c = 3, k.spatial = 240 * 240;
+  const BnRun r = RunBn(k);
+  ASSERT_EQ(CheckBn(k, r), 0);  // three channel statistics over [4, 240, 240] each
+  ASSERT_EQ(k.count(), 4u * 240 * 240);
+
+  const float bias[3] = {0.75f, -3.0f, 12.5f};
+  BnCase biased = k;
+  biased.fill = [&](Buffer& x) {
+    for (size_t ci = 0; ci < 3; ++ci) {
+      for (size_t j = 0; j < biased.count(); ++j) x[biased.Index(ci, j)] = r.x[k.Index(ci, j)] + bias[ci];
+    }
+  };
+  const BnRun b = RunBn(biased);
+  ASSERT_EQ(CheckBn(biased, b), 0);
+  for (size_t ci = 0; ci < 3; ++ci) {
+    const RowRef ref = ChannelRef(biased, b, ci);
+    const size_t m = k.count();
+    EXPECT_NEAR(b.save_mean[ci], r.save_mean[ci] + bias[ci], 2 * BoundMean(m, ref));
+    EXPECT_NEAR(b.save_rstd[ci], r.save_rstd[ci], 2 * BoundRstd(m, ref));
+    for (size_t j = 0; j < m; j += 97) {
+      ASSERT_NEAR(b.y[k.Index(ci, j)], r.y[k.Index(ci, j)],
+                  2 * BoundY(m, ref, j, r.gamma[ci], r.beta[ci]) +
+                      4 * kU * std::fabs(bias[ci]) * ref.rstd * std::fabs(r.gamma[ci]));
+    }
+  }
+}
+
+NK_INSTANTIATE_FOR_EACH_ISA(BatchNorm);
+
+}  // namespace
+}  // namespace nk_test
