@@ -125,8 +125,15 @@ class Planes {
   size_t spans_;  // per plane
 };
 
-// Whole channels per thread when that balances.
-bool ByChannel(size_t c, int threads) {
+// Tensors up to this size are normalized channel by channel, each right after its
+// statistics while it is in L2. Larger ones are read in memory order in both passes:
+// a channel's planes lie far apart, and jumping between them defeats the hardware
+// prefetchers (measured: 0.32x against 0.45x of a copy for 32x64x56x56).
+constexpr size_t kByChannelBytes = size_t{8} << 20;
+
+// Whole channels per thread: for cached tensors, when that balances.
+bool ByChannel(size_t c, size_t elements, int threads) {
+  if (elements * sizeof(float) > kByChannelBytes) return false;
   return threads == 1 || c % static_cast<size_t>(threads) == 0 ||
          c >= 8 * static_cast<size_t>(threads);
 }
@@ -264,8 +271,10 @@ struct Context {
 
 Context ContextFor(const BatchNormJob& job) {
   const size_t elements = job.n * job.c * job.spatial;
+  // Streaming pays once x and y together overflow the cache: the second pass over x
+  // then comes from memory too.
   return {ChannelNormKernelsFor(CurrentTarget()), ThreadsFor(elements),
-          elements * sizeof(float) >= kStreamBytes};
+          2 * elements * sizeof(float) >= kStreamBytes};
 }
 
 // Statistics of every channel in either layout.
@@ -273,7 +282,7 @@ nk_status AllStats(const Context& ctx, const BatchNormJob& job,
                    std::vector<SetStats>* stats) {
   if (job.channels_last) return ColumnStats(ctx.k, job, ctx.threads, stats);
   const Planes planes(ctx.k, job);
-  if (!ByChannel(job.c, ctx.threads)) return AllPlaneStats(job, planes, ctx.threads, stats);
+  if (!ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) return AllPlaneStats(job, planes, ctx.threads, stats);
   try {
     stats->resize(job.c);
   } catch (const std::bad_alloc&) {
@@ -298,7 +307,7 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
                     running_var + ci);
     }
   };
-  if (!job.channels_last && ByChannel(job.c, ctx.threads)) {
+  if (!job.channels_last && ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {
     // Each channel normalized right after its statistics, while it is in cache.
     const Planes planes(ctx.k, job);
 #pragma omp parallel num_threads(ctx.threads) if (ctx.threads > 1)

@@ -1,0 +1,130 @@
+// onednn.cc: oneDNN's layer_normalization and batch_normalization on the suite's
+// shapes and thread counts (when built with Debian's libdnnl-dev), at oneDNN's own
+// best ISA. Its counterparts of our calls: LayerNorm forward_training with scale and
+// shift (mean and variance out); BatchNorm forward_training with scale and shift, and
+// forward_inference with global statistics.
+#include <omp.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+
+#include "suite.h"
+
+#if NK_HAVE_DNNL
+#include "oneapi/dnnl/dnnl.hpp"
+#endif
+
+namespace nk_bench {
+
+#if NK_HAVE_DNNL
+namespace {
+
+dnnl::engine& Engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+// A primitive and its arguments, run on a stream.
+struct Job {
+  std::unique_ptr<dnnl::primitive> primitive;
+  std::unordered_map<int, dnnl::memory> args;
+  std::unique_ptr<dnnl::stream> stream;
+  void Run(int threads) {
+    omp_set_num_threads(threads);  // oneDNN's OpenMP runtime uses the max threads
+    if (!stream) stream = std::make_unique<dnnl::stream>(Engine());
+    primitive->execute(*stream, args);
+    stream->wait();
+  }
+};
+
+dnnl::memory Wrap(const dnnl::memory::desc& md, const void* data) {
+  return dnnl::memory(md, Engine(), const_cast<void*>(data));
+}
+
+std::string RegisterJob(const std::string& name, Case c, std::shared_ptr<Job> job,
+                        int threads) {
+  return Register(
+      name, c, [] { return true; }, [job, threads] { job->Run(threads); });
+}
+
+}  // namespace
+
+std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads) {
+  using dnnl::memory;
+  const size_t n = rows * cols;
+  const memory::dims dims = {static_cast<memory::dim>(rows), static_cast<memory::dim>(cols)};
+  const memory::desc data(dims, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc stat({static_cast<memory::dim>(rows)}, memory::data_type::f32,
+                          memory::format_tag::a);
+  const memory::desc param({static_cast<memory::dim>(cols)}, memory::data_type::f32,
+                           memory::format_tag::a);
+  const dnnl::layer_normalization_forward::desc desc(
+      dnnl::prop_kind::forward_training, data, stat, 1e-5f,
+      dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift);
+  const dnnl::layer_normalization_forward::primitive_desc pd(desc, Engine());
+  auto job = std::make_shared<Job>();
+  job->primitive = std::make_unique<dnnl::layer_normalization_forward>(pd);
+  job->args = {{DNNL_ARG_SRC, Wrap(data, Tensor(0, n))},
+               {DNNL_ARG_DST, Wrap(data, Tensor(3, n))},
+               {DNNL_ARG_MEAN, Wrap(stat, Tensor(4, rows))},
+               {DNNL_ARG_VARIANCE, Wrap(stat, Tensor(5, rows))},
+               {DNNL_ARG_SCALE, Wrap(param, Gamma(cols))},
+               {DNNL_ARG_SHIFT, Wrap(param, Beta(cols))}};
+  Case c;
+  c.kernel = "onednn_layernorm";
+  c.shape = std::to_string(rows) + "x" + std::to_string(cols);
+  c.isa = "oneDNN";
+  c.threads = threads;
+  c.elements = static_cast<double>(n);
+  c.bytes = 2.0 * n * sizeof(float);
+  return RegisterJob(c.kernel + "/" + c.shape + "/threads:" + std::to_string(threads), c,
+                     job, threads);
+}
+
+std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
+                            bool training, int threads) {
+  using dnnl::memory;
+  const size_t elements = n * c * h * w;
+  const memory::dims dims = {static_cast<memory::dim>(n), static_cast<memory::dim>(c),
+                             static_cast<memory::dim>(h), static_cast<memory::dim>(w)};
+  const memory::desc data(dims, memory::data_type::f32,
+                          nhwc ? memory::format_tag::nhwc : memory::format_tag::nchw);
+  const memory::desc param({static_cast<memory::dim>(c)}, memory::data_type::f32,
+                           memory::format_tag::a);
+  auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  if (!training) flags = flags | dnnl::normalization_flags::use_global_stats;
+  const dnnl::batch_normalization_forward::desc desc(
+      training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
+      data, 1e-5f, flags);
+  const dnnl::batch_normalization_forward::primitive_desc pd(desc, Engine());
+  auto job = std::make_shared<Job>();
+  job->primitive = std::make_unique<dnnl::batch_normalization_forward>(pd);
+  float* var = Tensor(9, c);
+  for (size_t i = 0; i < c; ++i) var[i] = 1.0f;
+  job->args = {{DNNL_ARG_SRC, Wrap(data, Tensor(0, elements))},
+               {DNNL_ARG_DST, Wrap(data, Tensor(3, elements))},
+               {DNNL_ARG_MEAN, Wrap(param, Tensor(8, c))},
+               {DNNL_ARG_VARIANCE, Wrap(param, var)},
+               {DNNL_ARG_SCALE, Wrap(param, Gamma(c))},
+               {DNNL_ARG_SHIFT, Wrap(param, Beta(c))}};
+  Case k;
+  k.kernel = training ? "onednn_batchnorm_training" : "onednn_batchnorm_inference";
+  k.shape = std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(h) + "x" +
+            std::to_string(w) + (nhwc ? " NHWC" : " NCHW");
+  k.isa = "oneDNN";
+  k.threads = threads;
+  k.elements = static_cast<double>(elements);
+  k.bytes = 2.0 * elements * sizeof(float);
+  return RegisterJob(k.kernel + "/" + k.shape + "/threads:" + std::to_string(threads), k,
+                     job, threads);
+}
+
+#else  // built without oneDNN
+
+std::string OneDnnLayerNorm(size_t, size_t, int) { return ""; }
+std::string OneDnnBatchNorm(size_t, size_t, size_t, size_t, bool, bool, int) { return ""; }
+
+#endif
+
+}  // namespace nk_bench
