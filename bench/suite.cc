@@ -188,6 +188,7 @@ class SuiteReporter : public benchmark::ConsoleReporter {
 
   void WriteJson(const std::vector<Row>& rows) const {
     std::ofstream out(json_path_);
+    out.precision(17);
     out << "{\n  \"cases\": [\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
@@ -202,7 +203,16 @@ class SuiteReporter : public benchmark::ConsoleReporter {
           << ", \"x_onednn\": " << (r.onednn_bps > 0 ? r.bps / r.onednn_bps : 0.0) << "}"
           << (i + 1 < rows.size() ? ",\n" : "\n");
     }
-    out << "  ]\n}\n";
+    // The baselines the ratios were computed from, measured in this same run.
+    out << "  ],\n  \"baselines\": [\n";
+    bool first = true;
+    for (const auto& [name, c] : Cases()) {
+      if (!c.copy.empty() || !bps_.count(name)) continue;
+      out << (first ? "" : ",\n") << "    {\"name\": \"" << name << "\", \"kernel\": \""
+          << c.kernel << "\", \"bytes_per_second\": " << Bps(name) << "}";
+      first = false;
+    }
+    out << "\n  ]\n}\n";
     std::printf("\nwrote %s (%zu cases)\n", json_path_.c_str(), rows.size());
   }
 

@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# bench.sh [benchmark args]: sets up a fresh Debian machine, builds, and prints the
-# benchmark table: every kernel under every ISA beside the copy baseline.
+# bench.sh [--full] [benchmark flags]: sets up a fresh Debian machine, builds, and runs
+# the benchmark suite: every kernel under every ISA beside the copy baseline and
+# oneDNN. Prints the table, writes results/benchmark.json and results/benchmark.png,
+# and regenerates README.md's results section from them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh build-essential cmake pkg-config libhwy-dev libgtest-dev \
-  libbenchmark-dev
+  libbenchmark-dev libdnnl-dev python3-matplotlib
 build=${BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release
-cmake --build "$build" -j"$(nproc)" --target bench_layernorm
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
+cmake --build "$build" -j"$(nproc)" --target bench_normkernels
+mkdir -p results
 # Three repetitions of each case; the table uses the medians.
-"$build"/bench/bench_layernorm --benchmark_min_time=0.1 --benchmark_repetitions=3 \
+"$build"/bench/bench_normkernels --nk_json=results/benchmark.json \
+  --benchmark_min_time=0.1 --benchmark_repetitions=3 \
   --benchmark_display_aggregates_only=true "$@"
+/usr/bin/python3 scripts/bench_report.py results/benchmark.json results/benchmark.png README.md
