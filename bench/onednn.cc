@@ -31,7 +31,7 @@ struct Job {
   std::unordered_map<int, dnnl::memory> args;
   std::unique_ptr<dnnl::stream> stream;
   void Run(int threads) {
-    omp_set_num_threads(threads);  // oneDNN's OpenMP runtime uses the max threads
+    omp_set_num_threads(threads);  // and runs on OpenMP's maximum thread count
     if (!stream) stream = std::make_unique<dnnl::stream>(Engine());
     primitive->execute(*stream, args);
     stream->wait();
@@ -41,6 +41,19 @@ struct Job {
 dnnl::memory Wrap(const dnnl::memory::desc& md, const void* data) {
   return dnnl::memory(md, Engine(), const_cast<void*>(data));
 }
+
+// oneDNN sizes its work partition when a primitive is created, from OpenMP's maximum
+// thread count then: create each primitive under the thread count it will run with.
+class ThreadsDuringCreation {
+ public:
+  explicit ThreadsDuringCreation(int threads) : saved_(omp_get_max_threads()) {
+    omp_set_num_threads(threads);
+  }
+  ~ThreadsDuringCreation() { omp_set_num_threads(saved_); }
+
+ private:
+  int saved_;
+};
 
 std::string RegisterJob(const std::string& name, Case c, std::shared_ptr<Job> job,
                         int threads) {
@@ -52,6 +65,7 @@ std::string RegisterJob(const std::string& name, Case c, std::shared_ptr<Job> jo
 
 std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads) {
   using dnnl::memory;
+  const ThreadsDuringCreation creation(threads);
   const size_t n = rows * cols;
   const memory::dims dims = {static_cast<memory::dim>(rows), static_cast<memory::dim>(cols)};
   const memory::desc data(dims, memory::data_type::f32, memory::format_tag::ab);
@@ -85,6 +99,7 @@ std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads) {
 std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
                             bool training, int threads) {
   using dnnl::memory;
+  const ThreadsDuringCreation creation(threads);
   const size_t elements = n * c * h * w;
   const memory::dims dims = {static_cast<memory::dim>(n), static_cast<memory::dim>(c),
                              static_cast<memory::dim>(h), static_cast<memory::dim>(w)};
