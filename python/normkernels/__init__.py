@@ -1,7 +1,9 @@
-"""normkernels: NumPy bindings of libnormkernels (SIMD LayerNorm / RMSNorm kernels).
+"""normkernels: NumPy bindings of libnormkernels (SIMD LayerNorm / RMSNorm / BatchNorm
+kernels).
 
-Arrays are float32 and C-contiguous; normalization is over the last axis, any leading
-shape is flattened into rows. Errors of the library raise NormKernelsError carrying
+Arrays are float32 and C-contiguous. The LayerNorm family normalizes over the last
+axis (any leading shape is flattened into rows); BatchNorm per channel, axis 1 of
+(N, C, *spatial) or the last axis with channels_last. Errors of the library raise NormKernelsError carrying
 its message (nk_last_error); wrong dtypes raise TypeError, wrong shapes ValueError.
 """
 import ctypes
@@ -12,6 +14,7 @@ from . import _library
 
 __all__ = [
     "NormKernelsError", "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
+    "batch_norm", "batch_norm_moments", "moments_merge", "batch_norm_update_running",
     "isa", "available_isas", "set_isa", "num_threads", "set_num_threads", "version",
 ]
 
@@ -159,3 +162,103 @@ def add_layer_norm(x, residual, gamma=None, beta=None, eps=1e-5, out=None,
 def add_rms_norm(x, residual, gamma=None, eps=1e-5, out=None, return_stats=False):
     """s = x + residual, y = RMSNorm(s). Returns (y, s), or (y, s, rrms)."""
     return _forward(False, x, residual, gamma, None, eps, out, True, return_stats)
+
+
+_NCHW, _NHWC = 0, 1
+
+
+def _bn_shape(x, channels_last):
+    """(n, c, spatial) of x: (N, C, *spatial), or (N, *spatial, C) with channels_last."""
+    if x.ndim < 2:
+        raise ValueError(f"x must have at least 2 dimensions (N, C, ...), not {x.ndim}")
+    n = x.shape[0]
+    c = x.shape[-1] if channels_last else x.shape[1]
+    spatial = 1
+    for d in (x.shape[1:-1] if channels_last else x.shape[2:]):
+        spatial *= d
+    return n, c, spatial
+
+
+def _channel_vector(a, name, c, writable=False):
+    a = _array(a, name, (c,))
+    if writable and a is not None and not a.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return a
+
+
+def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
+               training=False, momentum=0.1, eps=1e-5, channels_last=False, out=None,
+               return_stats=False):
+    """BatchNorm per channel, as torch.nn.functional.batch_norm (same argument order).
+
+    training=True normalizes with the batch statistics (biased variance) and, when
+    given, updates running_mean / running_var in place (unbiased variance, PyTorch's
+    momentum convention); return_stats adds (save_mean, save_rstd). training=False
+    normalizes with running_mean / running_var (required). x: (N, C, *spatial), or
+    (N, *spatial, C) with channels_last. out may be x."""
+    x = _array(x, "x")
+    n, c, spatial = _bn_shape(x, channels_last)
+    layout = _NHWC if channels_last else _NCHW
+    running_mean = _channel_vector(running_mean, "running_mean", c, writable=training)
+    running_var = _channel_vector(running_var, "running_var", c, writable=training)
+    gamma = _channel_vector(gamma, "gamma", c)
+    beta = _channel_vector(beta, "beta", c)
+    y = _output(out, x, "out")
+    if not training:
+        if running_mean is None or running_var is None:
+            raise ValueError("running_mean and running_var are required when not training")
+        _check(_lib.nk_batchnorm_forward_inference_f32(
+            n, c, spatial, layout, _ptr(x), _ptr(running_mean), _ptr(running_var),
+            _ptr(gamma), _ptr(beta), float(eps), _ptr(y)))
+        return y
+    save_mean = np.empty(c, np.float32) if return_stats else None
+    save_rstd = np.empty(c, np.float32) if return_stats else None
+    _check(_lib.nk_batchnorm_forward_training_f32(
+        n, c, spatial, layout, _ptr(x), _ptr(gamma), _ptr(beta), float(eps),
+        float(momentum), _ptr(running_mean), _ptr(running_var), _ptr(y), _ptr(save_mean),
+        _ptr(save_rstd)))
+    return (y, save_mean, save_rstd) if return_stats else y
+
+
+def batch_norm_moments(x, channels_last=False):
+    """SyncBatchNorm, step 1: this shard's (count, mean, m2) per channel, m2 being the
+    sum of squared deviations from the mean."""
+    x = _array(x, "x")
+    n, c, spatial = _bn_shape(x, channels_last)
+    mean = np.empty(c, np.float32)
+    m2 = np.empty(c, np.float32)
+    _check(_lib.nk_batchnorm_moments_f32(n, c, spatial, _NHWC if channels_last else _NCHW,
+                                         _ptr(x), _ptr(mean), _ptr(m2)))
+    return n * spatial, mean, m2
+
+
+def moments_merge(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
+    """SyncBatchNorm, step 2 (an allreduce operation): Chan's merge of two shards'
+    moments. Returns (count, mean, m2)."""
+    mean_a = _array(mean_a, "mean_a")
+    if mean_a is None or mean_a.ndim != 1:
+        raise ValueError("mean_a must be a 1-D float32 array of channels")
+    c = mean_a.shape[0]
+    m2_a = _channel_vector(m2_a, "m2_a", c)
+    mean_b = _channel_vector(mean_b, "mean_b", c)
+    m2_b = _channel_vector(m2_b, "m2_b", c)
+    mean = np.empty(c, np.float32)
+    m2 = np.empty(c, np.float32)
+    _check(_lib.nk_moments_merge_f32(c, int(count_a), _ptr(mean_a), _ptr(m2_a),
+                                     int(count_b), _ptr(mean_b), _ptr(m2_b), _ptr(mean),
+                                     _ptr(m2)))
+    return int(count_a) + int(count_b), mean, m2
+
+
+def batch_norm_update_running(count, mean, m2, momentum, running_mean, running_var):
+    """SyncBatchNorm, step 3: running stats updated in place from merged moments."""
+    mean = _array(mean, "mean")
+    if mean is None or mean.ndim != 1:
+        raise ValueError("mean must be a 1-D float32 array of channels")
+    c = mean.shape[0]
+    m2 = _channel_vector(m2, "m2", c)
+    running_mean = _channel_vector(running_mean, "running_mean", c, writable=True)
+    running_var = _channel_vector(running_var, "running_var", c, writable=True)
+    _check(_lib.nk_batchnorm_update_running_f32(c, int(count), _ptr(mean), _ptr(m2),
+                                                float(momentum), _ptr(running_mean),
+                                                _ptr(running_var)))

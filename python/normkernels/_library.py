@@ -27,6 +27,20 @@ _SIGNATURES = {
     "nk_add_rmsnorm_forward_f32": (_status, [_size_t, _size_t, _float_p, _float_p,
                                              _float_p, ctypes.c_float, _float_p,
                                              _float_p, _float_p]),
+    "nk_batchnorm_forward_training_f32": (_status, [
+        _size_t, _size_t, _size_t, ctypes.c_int, _float_p, _float_p, _float_p,
+        ctypes.c_float, ctypes.c_float, _float_p, _float_p, _float_p, _float_p, _float_p]),
+    "nk_batchnorm_forward_inference_f32": (_status, [
+        _size_t, _size_t, _size_t, ctypes.c_int, _float_p, _float_p, _float_p, _float_p,
+        _float_p, ctypes.c_float, _float_p]),
+    "nk_batchnorm_moments_f32": (_status, [_size_t, _size_t, _size_t, ctypes.c_int,
+                                           _float_p, _float_p, _float_p]),
+    "nk_moments_merge_f32": (_status, [_size_t, ctypes.c_uint64, _float_p, _float_p,
+                                       ctypes.c_uint64, _float_p, _float_p, _float_p,
+                                       _float_p]),
+    "nk_batchnorm_update_running_f32": (_status, [_size_t, ctypes.c_uint64, _float_p,
+                                                  _float_p, ctypes.c_float, _float_p,
+                                                  _float_p]),
 }
 
 

@@ -164,3 +164,103 @@ def test_readme_snippet_runs():
         exec(compile(block, "README.md", "exec"), {})
     nk.set_isa(None)
     nk.set_num_threads(0)
+
+
+# ---------------------------------------------------------------- BatchNorm
+
+def bn_reference(x, gamma, beta, eps, channels_last):
+    """float64 training BatchNorm per channel and the design.md bound on y."""
+    xc = np.moveaxis(x, -1, 1) if channels_last else x
+    axes = (0,) + tuple(range(2, xc.ndim))
+    s = xc.astype(np.float64)
+    shape = [1] * s.ndim
+    shape[1] = s.shape[1]
+    count = s.size // s.shape[1]
+    mean = s.mean(axes, keepdims=True)
+    var = ((s - mean) ** 2).mean(axes, keepdims=True)
+    r = 1.0 / np.sqrt(var + eps)
+    xhat = (s - mean) * r
+    g = gamma.astype(np.float64).reshape(shape)
+    b = beta.astype(np.float64).reshape(shape)
+    y = xhat * g + b
+    lg = max(1, int(np.ceil(np.log2(count))))
+    m = np.abs(s).max(axes, keepdims=True)
+    bound = 4 * U * lg * np.abs(g) * (m * r + np.abs(xhat)) + 3 * U * (np.abs(y) + np.abs(b)) + 1e-30
+    if channels_last:
+        y, bound = np.moveaxis(y, 1, -1), np.moveaxis(bound, 1, -1)
+    return y, mean.ravel(), var.ravel(), count, bound
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("shape", [(2, 3), (4, 3, 5, 7), (2, 17, 111), (3, 8, 4, 4, 2)])
+def test_batch_norm_training_matches_reference(each_isa, shape, channels_last):
+    x = data(shape, 5, offset=2.0)
+    c = shape[-1] if channels_last else shape[1]
+    gamma, beta = data((c,), 6), data((c,), 7)
+    rm, rv = np.zeros(c, np.float32), np.ones(c, np.float32)
+    y, save_mean, save_rstd = nk.batch_norm(x, rm, rv, gamma, beta, training=True,
+                                            momentum=0.1, channels_last=channels_last,
+                                            return_stats=True)
+    want, mean, var, count, bound = bn_reference(x, gamma, beta, 1e-5, channels_last)
+    assert np.all(np.abs(y - want) <= bound)
+    mean_bound, rstd_bound = stat_bounds(np.moveaxis(x, -1 if channels_last else 1, 0)
+                                         .reshape(c, -1), 1 / np.sqrt(var + 1e-5))
+    assert np.all(np.abs(save_mean - mean) <= mean_bound)
+    assert np.all(np.abs(save_rstd - 1 / np.sqrt(var + 1e-5)) <= rstd_bound)
+    assert np.allclose(rm, 0.1 * mean, rtol=1e-5, atol=1e-6)
+    assert np.allclose(rv, 0.9 + 0.1 * var * count / (count - 1), rtol=1e-5)
+
+
+def test_batch_norm_matches_torch():
+    torch = pytest.importorskip("torch")
+    x = data((4, 6, 9, 5), 8, offset=1.0)
+    gamma, beta = data((6,), 9), data((6,), 10)
+    rm, rv = data((6,), 11), np.abs(data((6,), 12)) + 0.5
+    trm, trv = torch.from_numpy(rm.copy()), torch.from_numpy(rv.copy())
+    want = torch.nn.functional.batch_norm(torch.from_numpy(x), trm, trv,
+                                          torch.from_numpy(gamma), torch.from_numpy(beta),
+                                          training=True, momentum=0.3, eps=1e-3).numpy()
+    y = nk.batch_norm(x, rm, rv, gamma, beta, training=True, momentum=0.3, eps=1e-3)
+    _, _, _, _, bound = bn_reference(x, gamma, beta, 1e-3, False)
+    assert np.all(np.abs(y - want) <= 2 * bound)
+    assert np.allclose(rm, trm.numpy(), rtol=1e-6, atol=1e-7)
+    assert np.allclose(rv, trv.numpy(), rtol=1e-6)
+    # Inference with the running statistics, channels last.
+    xl = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    want = torch.nn.functional.batch_norm(torch.from_numpy(x), trm, trv,
+                                          torch.from_numpy(gamma), torch.from_numpy(beta),
+                                          training=False, eps=1e-3).numpy()
+    y = nk.batch_norm(xl, rm, rv, gamma, beta, eps=1e-3, channels_last=True)
+    assert np.allclose(np.moveaxis(y, -1, 1), want, rtol=1e-5, atol=1e-5)
+
+
+def test_sync_batch_norm_shards_equal_the_whole_batch():
+    x = data((6, 5, 7, 3), 13, offset=4.0)
+    count, mean, m2 = nk.batch_norm_moments(x[:2])
+    for shard in (x[2:3], x[3:6], x[6:]):  # the last shard is empty
+        count, mean, m2 = nk.moments_merge(count, mean, m2, *nk.batch_norm_moments(
+            np.ascontiguousarray(shard)))
+    assert count == 6 * 7 * 3
+    _, want_mean, want_var, _, _ = bn_reference(x, np.ones(5, np.float32),
+                                                np.zeros(5, np.float32), 1e-5, False)
+    mean_bound, _ = stat_bounds(np.moveaxis(x, 1, 0).reshape(5, -1), np.ones(5))
+    assert np.all(np.abs(mean - want_mean) <= mean_bound)
+    assert np.allclose(m2 / count, want_var, rtol=1e-5)
+    rm, rv = np.zeros(5, np.float32), np.ones(5, np.float32)
+    nk.batch_norm_update_running(count, mean, m2, 0.5, rm, rv)
+    assert np.allclose(rv, 0.5 + 0.5 * m2 / (count - 1), rtol=1e-6)
+
+
+def test_batch_norm_errors():
+    x = data((2, 3, 4), 14)
+    with pytest.raises(ValueError, match="running_mean and running_var"):
+        nk.batch_norm(x)
+    with pytest.raises(ValueError, match="running_mean has shape"):
+        nk.batch_norm(x, np.zeros(4, np.float32), np.ones(3, np.float32))
+    with pytest.raises(TypeError, match="float32"):
+        nk.batch_norm(x.astype(np.float64), training=True)
+    with pytest.raises(nk.NormKernelsError, match="more than 1 value per channel") as e:
+        nk.batch_norm(data((1, 3, 1), 15), training=True)
+    assert e.value.status == 2
+    with pytest.raises(nk.NormKernelsError, match="momentum"):
+        nk.batch_norm(x, training=True, momentum=2.0)
