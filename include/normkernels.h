@@ -185,7 +185,8 @@ NK_API nk_status nk_add_rmsnorm_forward_f32(size_t rows, size_t cols, const floa
    torch.native_batch_norm returns as save_mean / save_invstd). y may be x.
    m == 1 is NK_ERR_INVALID_SHAPE whatever c is, as PyTorch's "expected more than 1
    value per channel when training". A constant channel gives y == beta exactly when
-   eps > 0. */
+   eps > 0. (save_rstd * gamma is one fp32 factor per channel: a gamma so large that
+   it overflows gives Inf/NaN for that channel.) */
 NK_API nk_status nk_batchnorm_forward_training_f32(
     size_t n, size_t c, size_t spatial, nk_layout layout, const float* x,
     const float* gamma, const float* beta, float eps, float momentum,
@@ -196,7 +197,8 @@ NK_API nk_status nk_batchnorm_forward_training_f32(
    inference, or statistics merged across processes (SyncBatchNorm). mean, var: [c]
    (var is used as given; a negative var + eps gives NaN for that channel). Folded
    per channel, in double, into y = x * a + b with a = gamma / sqrt(var + eps) and
-   b = beta - mean * a: one multiply-add per element. gamma, beta: [c] or NULL.
+   b = beta - mean * a: one multiply-add per element (a, b, x * a and mean * a beyond
+   the fp32 range give Inf/NaN for that channel). gamma, beta: [c] or NULL.
    y may be x. */
 NK_API nk_status nk_batchnorm_forward_inference_f32(
     size_t n, size_t c, size_t spatial, nk_layout layout, const float* x,

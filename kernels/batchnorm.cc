@@ -87,11 +87,12 @@ class Planes {
   }
 
   // The channel's statistics from its spans' moments `moment(i)`.
+  // With `whole`, moment(0) is already the channel's.
   template <class MomentOf>
-  SetStats Stats(size_t ci, const MomentOf& moment) const {
+  SetStats Stats(size_t ci, const MomentOf& moment, bool whole = false) const {
     const size_t count = spans_per_channel();
     return SetStatistics(
-        MergePairwise(0, count, moment), job_.eps,
+        whole ? moment(0) : MergePairwise(0, count, moment), job_.eps,
         [&] {
           float m = 0.0f;
           for (size_t i = 0; i < count; ++i) {
@@ -111,6 +112,11 @@ class Planes {
 
   SetStats Stats(size_t ci) const {
     return Stats(ci, [&](size_t i) { return SpanMoments(ChannelSpan(ci, i), 1.0f); });
+  }
+
+  // The channel's statistics from its fast-path moments.
+  SetStats Stats(size_t ci, const Moments& first) const {
+    return Stats(ci, [&](size_t) { return first; }, true);
   }
 
   void Apply(size_t s, const SpanAffine& a, bool stream) const {
@@ -136,6 +142,42 @@ bool ByChannel(size_t c, size_t elements, int threads) {
   if (elements * sizeof(float) > kByChannelBytes) return false;
   return threads == 1 || c % static_cast<size_t>(threads) == 0 ||
          c >= 8 * static_cast<size_t>(threads);
+}
+
+// NCHW with short planes (kernel's short_plane_max): channels split among threads, each
+// channel's moments from the per-lane tree over images.
+bool ShortPlanes(const ChannelNormKernels& k, const BatchNormJob& job) {
+  return !job.channels_last && job.spatial <= k.short_plane_max();
+}
+
+nk_status ShortPlaneStats(const ChannelNormKernels& k, const BatchNormJob& job,
+                          const Planes& planes, int threads, std::vector<SetStats>* stats) {
+  std::vector<Moments> moments;
+  std::vector<float> scratch;
+  const size_t per_thread = k.short_plane_scratch(job.n, (job.c + threads - 1) / threads);
+  try {
+    moments.resize(job.c);
+    scratch.resize(per_thread * static_cast<size_t>(threads));
+    stats->resize(job.c);
+  } catch (const std::bad_alloc&) {
+    return OutOfMemory(job);
+  }
+#pragma omp parallel num_threads(threads) if (threads > 1)
+  {
+    const size_t parts = static_cast<size_t>(omp_get_num_threads());
+    const size_t t = static_cast<size_t>(omp_get_thread_num());
+    const size_t c0 = PartBegin(job.c, t, parts), c1 = PartBegin(job.c, t + 1, parts);
+    if (c1 > c0) {
+      k.short_plane_moments(job.x, job.n, job.c, job.spatial, c0, c1,
+                            scratch.data() + t * per_thread, moments.data() + c0);
+    }
+#pragma omp barrier
+#pragma omp for schedule(static)
+    for (size_t ci = 0; ci < job.c; ++ci) {
+      (*stats)[ci] = planes.Stats(ci, moments[ci]);
+    }
+  }
+  return NK_OK;
 }
 
 // Statistics of every channel, all spans measured in parallel.
@@ -282,7 +324,10 @@ nk_status AllStats(const Context& ctx, const BatchNormJob& job,
                    std::vector<SetStats>* stats) {
   if (job.channels_last) return ColumnStats(ctx.k, job, ctx.threads, stats);
   const Planes planes(ctx.k, job);
-  if (!ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) return AllPlaneStats(job, planes, ctx.threads, stats);
+  if (ShortPlanes(ctx.k, job)) return ShortPlaneStats(ctx.k, job, planes, ctx.threads, stats);
+  if (!ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {
+    return AllPlaneStats(job, planes, ctx.threads, stats);
+  }
   try {
     stats->resize(job.c);
   } catch (const std::bad_alloc&) {
@@ -307,7 +352,8 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
                     running_var + ci);
     }
   };
-  if (!job.channels_last && ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {
+  if (!job.channels_last && !ShortPlanes(ctx.k, job) &&
+      ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {
     // Each channel normalized right after its statistics, while it is in cache.
     const Planes planes(ctx.k, job);
 #pragma omp parallel num_threads(ctx.threads) if (ctx.threads > 1)

@@ -15,6 +15,7 @@
 
 #include <stdint.h>
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 #include "kernels/channelnorm.h"
 #include "kernels/moments-inl.h"
@@ -28,10 +29,26 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // ---------------------------------------------------------------- spans (NCHW)
 
+// The statistics pass reads x from memory with nothing else in flight (the apply
+// pass overlaps reads and writes); requests this far ahead keep more of them going
+// than the hardware prefetcher alone.
+constexpr size_t kAheadBytes = 2048;
+
 Moments ChannelSpanMoments(const float* x, size_t n, float scale) {
   const hn::ScalableTag<float> d;
-  if (scale == 1.0f) return SpanMoments<true>(d, F32Source{x}, 0, n);
-  return SpanMoments<true>(d, ScaledSource<F32Source>{F32Source{x}, scale}, 0, n);
+  if (scale != 1.0f) {
+    return SpanMoments<true>(d, ScaledSource<F32Source>{F32Source{x}, scale}, 0, n);
+  }
+  BlockTree<true, decltype(d)> tree;
+  const F32Source src{x};
+  const size_t block = BlockElements(d);
+  size_t i = 0;
+  for (; i + block <= n; i += block) {
+    const char* ahead = reinterpret_cast<const char*>(x + i) + kAheadBytes;
+    for (size_t b = 0; b < block * sizeof(float); b += 64) hwy::Prefetch(ahead + b);
+    tree.Add(d, src, i);
+  }
+  return tree.Finish(d, src, i, n);
 }
 
 float ChannelSpanMaxAbs(const float* x, size_t n) {
@@ -80,6 +97,104 @@ void ChannelSpanApply(const float* x, size_t n, const SpanAffine& a, bool stream
   }
 }
 
+// Short planes: at most kShortPlaneVectors whole vectors and a tail. Each plane gives
+// one block per lane (the per-lane moments of its vectors) and one block of its tail
+// elements; a channel's blocks over the n images are merged in a pairwise tree per
+// lane, with no horizontal reduction or division per plane. Lanes and tail are merged
+// once per channel.
+constexpr size_t kShortPlaneVectors = 32;
+
+size_t ShortPlaneMax() { return kShortPlaneVectors * hn::Lanes(hn::ScalableTag<float>()); }
+
+size_t ShortPlaneScratchFloats(size_t n, size_t channels) {
+  return ColumnLevels(n) * channels * 2 * (hn::Lanes(hn::ScalableTag<float>()) + 1);
+}
+
+// Adds the block (mean, m2) of `count` per lane as block number `b` of a binary-counter
+// tree whose level l lives at levels + l * level_stride.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void AddToLaneTree(D d, size_t b, V mean, V m2, float count, float* mean_levels,
+                              float* m2_levels, size_t level_stride) {
+  size_t level = 0;
+  for (size_t t = b; t & 1; t >>= 1, ++level) {
+    V lower_mean = hn::LoadU(d, mean_levels + level * level_stride);
+    V lower_m2 = hn::LoadU(d, m2_levels + level * level_stride);
+    MergeEqualLanes<true>(d, lower_mean, lower_m2, mean, m2, count);
+    mean = lower_mean;
+    m2 = lower_m2;
+    count *= 2.0f;
+  }
+  hn::StoreU(mean, d, mean_levels + level * level_stride);
+  hn::StoreU(m2, d, m2_levels + level * level_stride);
+}
+
+// Moments of a tree of `blocks` blocks of `count` per lane, all lanes together.
+template <class D>
+HWY_INLINE Moments CollapseLaneTree(D d, size_t blocks, float count,
+                                    const float* mean_levels, const float* m2_levels,
+                                    size_t level_stride) {
+  auto mean = hn::Zero(d), m2 = hn::Zero(d);
+  float have = 0.0f;
+  for (size_t level = 0; (blocks >> level) != 0; ++level) {
+    if (((blocks >> level) & 1) == 0) continue;
+    auto big_mean = hn::LoadU(d, mean_levels + level * level_stride);
+    auto big_m2 = hn::LoadU(d, m2_levels + level * level_stride);
+    const float big = count * static_cast<float>(size_t{1} << level);
+    if (have != 0.0f) MergeLanes<true>(d, big_mean, big_m2, mean, m2, big, have);
+    mean = big_mean;
+    m2 = big_m2;
+    have += big;
+  }
+  return ReduceLanes<true>(d, mean, m2, have);
+}
+
+void ShortPlaneMoments(const float* x, size_t n, size_t c, size_t spatial, size_t c0,
+                       size_t c1, float* scratch, Moments* out) {
+  const hn::ScalableTag<float> d;
+  const hn::CappedTag<float, 1> d1;
+  const size_t N = hn::Lanes(d);
+  const size_t nvec = spatial / N, tail = spatial - nvec * N;
+  const size_t width = c1 - c0, levels = ColumnLevels(n);
+  float* vec_mean = scratch;  // [level][channel][lane]
+  float* vec_m2 = vec_mean + levels * width * N;
+  float* tail_mean = vec_m2 + levels * width * N;  // [level][channel]
+  float* tail_m2 = tail_mean + levels * width;
+  for (size_t ni = 0; ni < n; ++ni) {
+    for (size_t k = 0; k < width; ++k) {
+      const float* p = x + (ni * c + c0 + k) * spatial;
+      const char* ahead = reinterpret_cast<const char*>(p) + kAheadBytes;
+      for (size_t b = 0; b < spatial * sizeof(float); b += 64) hwy::Prefetch(ahead + b);
+      if (nvec != 0) {
+        hn::Vec<decltype(d)> mean, m2;
+        BlockMomentsOf<true>(
+            d, [&](size_t v) HWY_ATTR { return hn::LoadU(d, p + v * N); }, nvec, mean, m2);
+        AddToLaneTree(d, ni, mean, m2, static_cast<float>(nvec), vec_mean + k * N,
+                      vec_m2 + k * N, width * N);
+      }
+      if (tail != 0) {
+        hn::Vec<decltype(d1)> mean, m2;
+        BlockMomentsOf<true>(
+            d1, [&](size_t v) HWY_ATTR { return hn::LoadU(d1, p + nvec * N + v); }, tail,
+            mean, m2);
+        AddToLaneTree(d1, ni, mean, m2, static_cast<float>(tail), tail_mean + k,
+                      tail_m2 + k, width);
+      }
+    }
+  }
+  for (size_t k = 0; k < width; ++k) {
+    Moments m = {0.0, 0.0f, 0.0f};
+    if (nvec != 0) {
+      m = CollapseLaneTree(d, n, static_cast<float>(nvec), vec_mean + k * N,
+                           vec_m2 + k * N, width * N);
+    }
+    if (tail != 0) {
+      m = MergeMoments(m, CollapseLaneTree(d1, n, static_cast<float>(tail), tail_mean + k,
+                                           tail_m2 + k, width));
+    }
+    out[k] = m;
+  }
+}
+
 // ---------------------------------------------------------------- columns (NHWC)
 
 // Columns are processed in widths of whole vectors, then one-lane vectors for the
@@ -98,8 +213,12 @@ void ColumnMomentsTree(const float* x, size_t rows, size_t c, float* scratch,
   float* level_mean = scratch;
   float* level_m2 = scratch + levels * c;
   const size_t blocks = rows / K;
+  const size_t block_bytes = K * c * sizeof(float);
   for (size_t b = 0; b < blocks; ++b) {
     const float* xb = x + b * K * c;
+    // The block after next: see kAheadBytes.
+    const char* ahead = reinterpret_cast<const char*>(xb) + 2 * block_bytes;
+    for (size_t i = 0; i < block_bytes; i += 64) hwy::Prefetch(ahead + i);
     ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
       hn::Vec<decltype(d)> mean, m2;
       FullBlockMomentsOf<true, K>(
@@ -223,24 +342,57 @@ HWY_INLINE void AffineColumns(const float* x, size_t rows, size_t c,
   const float* HWY_RESTRICT add = a.add;
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
-  const auto value = [&](auto dv, const float* row, size_t j) HWY_ATTR {
-    auto v = hn::LoadU(dv, row + j);
-    if (kScaled) v = hn::Mul(v, hn::LoadU(dv, scale + j));
-    if (kCenter) v = hn::Sub(v, hn::LoadU(dv, shift + j));
-    return hn::MulAdd(v, hn::LoadU(dv, mul + j), hn::LoadU(dv, add + j));
-  };
   // Streaming needs every row's start aligned: whole-vector rows from an aligned y.
-  stream = stream && c % N == 0 &&
-           reinterpret_cast<uintptr_t>(y) % (N * sizeof(float)) == 0;
+  if (stream && c % N == 0 && reinterpret_cast<uintptr_t>(y) % (N * sizeof(float)) == 0) {
+    // Far larger than the cache: blocks of rows, four vector columns at a time, with
+    // their parameters held in registers. Reloading the parameters for every row beside
+    // the non-temporal stores ran at half speed for c = 256 in some placements of the
+    // parameter arrays (loads held behind stores to the same address modulo 4 KiB);
+    // blocks of 32 rows keep the reads of x close to sequential.
+    constexpr size_t kRowBlock = 32;
+    using V = hn::Vec<decltype(d)>;
+    struct Params {
+      V scale, shift, mul, add;
+    };
+    const auto params = [&](size_t j) HWY_ATTR {
+      return Params{kScaled ? hn::LoadU(d, scale + j) : hn::Zero(d),
+                    kCenter ? hn::LoadU(d, shift + j) : hn::Zero(d), hn::LoadU(d, mul + j),
+                    hn::LoadU(d, add + j)};
+    };
+    const auto one = [&](size_t r, size_t j, const Params& p) HWY_ATTR {
+      auto v = hn::LoadU(d, x + r * c + j);
+      if (kScaled) v = hn::Mul(v, p.scale);
+      if (kCenter) v = hn::Sub(v, p.shift);
+      hn::Stream(hn::MulAdd(v, p.mul, p.add), d, y + r * c + j);
+    };
+    for (size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+      const size_t r1 = HWY_MIN(rows, r0 + kRowBlock);
+      size_t j = 0;
+      for (; j + 4 * N <= c; j += 4 * N) {
+        const Params p0 = params(j), p1 = params(j + N), p2 = params(j + 2 * N),
+                     p3 = params(j + 3 * N);
+        for (size_t r = r0; r < r1; ++r) {
+          one(r, j, p0);
+          one(r, j + N, p1);
+          one(r, j + 2 * N, p2);
+          one(r, j + 3 * N, p3);
+        }
+      }
+      for (; j < c; j += N) {
+        const Params p0 = params(j);
+        for (size_t r = r0; r < r1; ++r) one(r, j, p0);
+      }
+    }
+    return;
+  }
   for (size_t r = 0; r < rows; ++r) {
     const float* row = x + r * c;
     float* out = y + r * c;
-    if (stream) {
-      for (size_t j = 0; j < c; j += N) hn::Stream(value(d, row, j), d, out + j);
-      continue;
-    }
     ForEachColumnGroup(c, [&](auto dv, size_t j) HWY_ATTR {
-      hn::StoreU(value(dv, row, j), dv, out + j);
+      auto v = hn::LoadU(dv, row + j);
+      if (kScaled) v = hn::Mul(v, hn::LoadU(dv, scale + j));
+      if (kCenter) v = hn::Sub(v, hn::LoadU(dv, shift + j));
+      hn::StoreU(hn::MulAdd(v, hn::LoadU(dv, mul + j), hn::LoadU(dv, add + j)), dv, out + j);
     });
   }
 }

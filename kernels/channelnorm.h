@@ -38,6 +38,12 @@ inline size_t ColumnChunkRows(size_t c) {
 struct ChannelNormKernels {
   // Moments of x[0, n) times scale.
   Moments (*span_moments)(const float* x, size_t n, float scale);
+  // NCHW planes of at most short_plane_max() elements: the moments of channels
+  // [c0, c1) straight from x [n][c][spatial]. scratch: short_plane_scratch(n, c1 - c0).
+  size_t (*short_plane_max)();
+  size_t (*short_plane_scratch)(size_t n, size_t channels);
+  void (*short_plane_moments)(const float* x, size_t n, size_t c, size_t spatial,
+                              size_t c0, size_t c1, float* scratch, Moments* out);
   // max |x| over x[0, n); NaN if any is NaN.
   float (*span_max_abs)(const float* x, size_t n);
   // Affine map of x[0, n) into y (which may be x). With `stream`, non-temporal

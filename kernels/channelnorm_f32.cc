@@ -14,7 +14,8 @@ namespace nk {
 namespace HWY_NAMESPACE {
 
 extern const ChannelNormKernels kChannelNormKernels = {
-    &ChannelSpanMoments, &ChannelSpanMaxAbs, &ChannelSpanApply,
+    &ChannelSpanMoments, &ShortPlaneMax, &ShortPlaneScratchFloats, &ShortPlaneMoments,
+    &ChannelSpanMaxAbs, &ChannelSpanApply,
     &ColumnMoments,      &MergeColumns,      &ColumnApply,
     &ChannelStridedMoments, &ChannelStridedMaxAbs};
 

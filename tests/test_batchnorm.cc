@@ -83,6 +83,21 @@ TEST_P(BatchNorm, OptionalArgumentsMisalignedAndInPlace) {
   }
 }
 
+// Tensors far larger than the cache (x and y over 32 MiB) take the streaming stores;
+// narrow NHWC rows stream through their widened period.
+TEST_P(BatchNorm, LargeTensorsStream) {
+  for (nk_layout layout : kLayouts) {
+    for (bool training : {true, false}) {
+      BnCase k;
+      k.n = 4, k.c = 64, k.spatial = 16384, k.layout = layout, k.training = training;
+      ASSERT_EQ(RunAndCheckBn(k), 0);
+    }
+  }
+  BnCase narrow;
+  narrow.n = 8, narrow.c = 3, narrow.spatial = 174763, narrow.layout = NK_LAYOUT_NHWC;
+  ASSERT_EQ(RunAndCheckBn(narrow), 0);
+}
+
 // 1e4 + N(0, 1) per channel, and a channel that is a sorted ramp over 100003 values.
 TEST_P(BatchNorm, IllConditioned) {
   for (nk_layout layout : kLayouts) {
