@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh build-essential cmake pkg-config libhwy-dev libgtest-dev \
-  libbenchmark-dev libdnnl-dev python3-matplotlib
+  libbenchmark-dev libdnnl-dev ocl-icd-opencl-dev python3-matplotlib
 build=${BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
 cmake --build "$build" -j"$(nproc)" --target bench_normkernels

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh build-essential cmake pkg-config libhwy-dev libgtest-dev \
-  libbenchmark-dev libdnnl-dev python3-numpy python3-pytest python3-torch
+  libbenchmark-dev libdnnl-dev ocl-icd-opencl-dev python3-numpy python3-pytest python3-torch
 build=${BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
 cmake --build "$build" -j"$(nproc)"
