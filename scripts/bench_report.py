@@ -36,7 +36,7 @@ def plot(data, png):
             ax.plot(*zip(*pts), marker="o", label=isa)
         best = [c for c in cases if c["isa"] == isas[0]]
         copy = sorted((size_mib(c), c["copy_bytes_per_second"] / 1e9) for c in best)
-        ax.plot(*zip(*copy), "k--", linewidth=2, label="copy (memcpy / NT store)")
+        ax.plot(*zip(*copy), "k--", marker="x", linewidth=2, label="copy (memcpy / NT store)")
         dnnl = sorted((size_mib(c), c["onednn_bytes_per_second"] / 1e9) for c in best
                       if c["onednn_bytes_per_second"] > 0)
         if dnnl:
