@@ -75,7 +75,8 @@ typedef enum nk_status {
   NK_ERR_INVALID_ARGUMENT = 3, /* a scalar argument is out of its domain */
   NK_ERR_OVERLAP = 4,          /* an output overlaps something it may not */
   NK_ERR_UNSUPPORTED = 5,      /* valid request that this build or CPU cannot serve */
-  NK_ERR_OUT_OF_MEMORY = 6
+  NK_ERR_OUT_OF_MEMORY = 6,
+  NK_STATUS_MAX_ENUM = 0x7FFFFFFF /* not a status: gives the enum the range of int */
 } nk_status;
 
 /* A short English name of s ("NK_OK: success", ...); never NULL, also for values
@@ -94,7 +95,10 @@ typedef uint16_t nk_bf16; /* bfloat16 bit pattern (the top half of an IEEE float
 
 typedef enum nk_layout {  /* spatial dims flattened into `spatial` */
   NK_LAYOUT_NCHW = 0,     /* [n][c][spatial], channels first */
-  NK_LAYOUT_NHWC = 1      /* [n][spatial][c], channels last */
+  NK_LAYOUT_NHWC = 1,     /* [n][spatial][c], channels last */
+  /* Not a layout: gives the enum the range of int, so that a C++ caller's
+     static_cast<nk_layout>(2) is a valid value, which the kernels refuse. */
+  NK_LAYOUT_MAX_ENUM = 0x7FFFFFFF
 } nk_layout;
 
 /* ---------------------------------------------------------------- ISA and threads */

@@ -34,13 +34,14 @@ void UpdateRunning(double count, float mean, double m2, float momentum,
 
 namespace {
 
-// Training's affine map of a channel: y = (x * scale - mean) * (rstd * gamma) + beta,
-// in the units the statistics were taken in. x - mean comes first, so a constant
-// channel gives exactly beta.
+// Training's affine map of a channel: y = (x - mean) * (rstd * gamma) + beta; on the
+// slow path ((x * scale - mean) * rstd) * gamma + beta in the scaled units. x - mean
+// comes first, so a constant channel gives exactly beta.
 SpanAffine TrainingAffine(const BatchNormJob& job, size_t ci, const SetStats& st) {
   const float gamma = job.gamma != nullptr ? job.gamma[ci] : 1.0f;
   const float beta = job.beta != nullptr ? job.beta[ci] : 0.0f;
-  return {true, st.scale, st.mean, st.rstd * gamma, beta};
+  if (st.scale == 1.0f) return {true, 1.0f, st.mean, 1.0f, st.rstd * gamma, beta};
+  return {true, st.scale, st.mean, st.rstd, gamma, beta};
 }
 
 // Inference folds everything into one multiply-add: y = x * mul + add.
@@ -48,7 +49,7 @@ SpanAffine InferenceAffine(const BatchNormJob& job, size_t ci, float mean, float
   const double gamma = job.gamma != nullptr ? job.gamma[ci] : 1.0;
   const double beta = job.beta != nullptr ? job.beta[ci] : 0.0;
   const double mul = gamma / std::sqrt(static_cast<double>(var) + job.eps);
-  return {false, 1.0f, 0.0f, static_cast<float>(mul),
+  return {false, 1.0f, 0.0f, 1.0f, static_cast<float>(mul),
           static_cast<float>(beta - mean * mul)};
 }
 
@@ -272,20 +273,22 @@ nk_status ApplyColumns(const ChannelNormKernels& k, const BatchNormJob& job, int
   std::vector<float> params;
   bool scaled = false;
   try {
-    params.resize(4 * c);
+    params.resize(5 * c);
   } catch (const std::bad_alloc&) {
     return OutOfMemory(job);
   }
   for (size_t ci = 0; ci < c; ++ci) {
     params[ci] = affine[ci].scale;
     params[c + ci] = affine[ci].shift;
-    params[2 * c + ci] = affine[ci].mul;
-    params[3 * c + ci] = affine[ci].add;
+    params[2 * c + ci] = affine[ci].rstd;
+    params[3 * c + ci] = affine[ci].mul;
+    params[4 * c + ci] = affine[ci].add;
     scaled |= affine[ci].scale != 1.0f;
   }
   const ColumnAffine columns = {scaled ? params.data() : nullptr,
                                 affine[0].center ? params.data() + c : nullptr,
-                                params.data() + 2 * c, params.data() + 3 * c};
+                                params.data() + 2 * c, params.data() + 3 * c,
+                                params.data() + 4 * c};
   const size_t rows = job.n * job.spatial;
   const size_t chunk_rows = ColumnChunkRows(c);
   const size_t chunks = (rows + chunk_rows - 1) / chunk_rows;

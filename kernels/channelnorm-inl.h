@@ -62,6 +62,7 @@ HWY_INLINE void AffineSpan(const float* x, size_t n, const SpanAffine& a, bool s
     auto v = hn::LoadU(d, x + i);
     if (kScaled) v = hn::Mul(v, hn::Set(d, a.scale));
     if (kCenter) v = hn::Sub(v, hn::Set(d, a.shift));
+    if (kScaled) v = hn::Mul(v, hn::Set(d, a.rstd));
     return hn::MulAdd(v, hn::Set(d, a.mul), hn::Set(d, a.add));
   };
   const auto store = [&](auto d, size_t i) HWY_ATTR { hn::StoreU(value(d, i), d, y + i); };
@@ -338,6 +339,7 @@ HWY_INLINE void AffineColumns(const float* x, size_t rows, size_t c,
                               const ColumnAffine& a, bool stream, float* y) {
   const float* HWY_RESTRICT scale = a.scale;
   const float* HWY_RESTRICT shift = a.shift;
+  const float* HWY_RESTRICT rstd = a.rstd;
   const float* HWY_RESTRICT mul = a.mul;
   const float* HWY_RESTRICT add = a.add;
   const hn::ScalableTag<float> d;
@@ -352,17 +354,19 @@ HWY_INLINE void AffineColumns(const float* x, size_t rows, size_t c,
     constexpr size_t kRowBlock = 32;
     using V = hn::Vec<decltype(d)>;
     struct Params {
-      V scale, shift, mul, add;
+      V scale, shift, rstd, mul, add;
     };
     const auto params = [&](size_t j) HWY_ATTR {
       return Params{kScaled ? hn::LoadU(d, scale + j) : hn::Zero(d),
-                    kCenter ? hn::LoadU(d, shift + j) : hn::Zero(d), hn::LoadU(d, mul + j),
+                    kCenter ? hn::LoadU(d, shift + j) : hn::Zero(d),
+                    kScaled ? hn::LoadU(d, rstd + j) : hn::Zero(d), hn::LoadU(d, mul + j),
                     hn::LoadU(d, add + j)};
     };
     const auto one = [&](size_t r, size_t j, const Params& p) HWY_ATTR {
       auto v = hn::LoadU(d, x + r * c + j);
       if (kScaled) v = hn::Mul(v, p.scale);
       if (kCenter) v = hn::Sub(v, p.shift);
+      if (kScaled) v = hn::Mul(v, p.rstd);
       hn::Stream(hn::MulAdd(v, p.mul, p.add), d, y + r * c + j);
     };
     for (size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
@@ -392,6 +396,7 @@ HWY_INLINE void AffineColumns(const float* x, size_t rows, size_t c,
       auto v = hn::LoadU(dv, row + j);
       if (kScaled) v = hn::Mul(v, hn::LoadU(dv, scale + j));
       if (kCenter) v = hn::Sub(v, hn::LoadU(dv, shift + j));
+      if (kScaled) v = hn::Mul(v, hn::LoadU(dv, rstd + j));
       hn::StoreU(hn::MulAdd(v, hn::LoadU(dv, mul + j), hn::LoadU(dv, add + j)), dv, out + j);
     });
   }
@@ -417,14 +422,14 @@ void ColumnApply(const float* x, size_t rows, size_t c, const ColumnAffine& a,
   // Narrow rows: the parameters repeated k times, so k rows are one row of whole
   // vectors.
   const size_t width = k * c;
-  HWY_ALIGN float wide[4][kMaxColumnPeriod];
-  const float* in[4] = {a.scale, a.shift, a.mul, a.add};
-  for (size_t p = 0; p < 4; ++p) {
+  HWY_ALIGN float wide[5][kMaxColumnPeriod];
+  const float* in[5] = {a.scale, a.shift, a.rstd, a.mul, a.add};
+  for (size_t p = 0; p < 5; ++p) {
     if (in[p] == nullptr) continue;
     for (size_t j = 0; j < width; ++j) wide[p][j] = in[p][j % c];
   }
-  const ColumnAffine wide_affine = {a.scale ? wide[0] : nullptr,
-                                    a.shift ? wide[1] : nullptr, wide[2], wide[3]};
+  const ColumnAffine wide_affine = {a.scale ? wide[0] : nullptr, a.shift ? wide[1] : nullptr,
+                                    a.rstd ? wide[2] : nullptr, wide[3], wide[4]};
   const size_t wide_rows = rows / k;
   ColumnApplyRows(x, wide_rows, width, wide_affine, stream, y);
   const size_t done = wide_rows * width;

@@ -10,19 +10,23 @@
 
 namespace nk {
 
-// y = ((x * scale) - shift) * mul + add on a span; with center == false the shift is
-// skipped (inference folds the mean into add). scale is 1 except on the overflow
-// slow path, where it is the power of two the statistics were taken at.
+// y = (x - shift) * mul + add on a span; with center == false the shift is skipped
+// (inference folds the mean into add). On the overflow slow path (scale != 1, the
+// power of two the statistics were taken at) y = ((x * scale - shift) * rstd) * mul
+// + add: rstd in scaled units times gamma could overflow where rstd * gamma in the
+// units of x does not.
 struct SpanAffine {
   bool center;
-  float scale, shift, mul, add;
+  float scale, shift, rstd, mul, add;
 };
 
 // The same per column of a [rows][c] matrix: arrays of c values. scale == nullptr
-// means all ones; shift == nullptr means no centering.
+// means no channel is on the slow path (then rstd is unused); shift == nullptr means
+// no centering.
 struct ColumnAffine {
   const float* scale;
   const float* shift;
+  const float* rstd;
   const float* mul;
   const float* add;
 };

@@ -140,6 +140,32 @@ TEST_P(BatchNorm, HugeValues) {
   }
 }
 
+// The slow path with a huge gamma: rstd * gamma is moderate in the units of x while
+// the rescaled rstd times gamma would overflow (found by fuzz_batchnorm).
+TEST_P(BatchNorm, SlowPathWithHugeGamma) {
+  const float x[6] = {10001.5049f, -4.92590904f, 2.52483345e+38f,
+                      -6.87753582f, 2.44552422f, -3.71959639f};
+  const float gamma = 2.48344577e+38f, beta = -5.18499184f, eps = 1.5f;
+  for (nk_layout layout : kLayouts) {  // n = 1, c = 1: both layouts hold the same
+    float y[6], mean, rstd;
+    ASSERT_EQ(nk_batchnorm_forward_training_f32(1, 1, 6, layout, x, &gamma, &beta, eps,
+                                                0.1f, nullptr, nullptr, y, &mean, &rstd),
+              NK_OK);
+    const float g[6] = {gamma, gamma, gamma, gamma, gamma, gamma};
+    const float b[6] = {beta, beta, beta, beta, beta, beta};
+    const RowRef ref = ReferenceRow(true, 6, x, nullptr, g, b, eps);
+    for (size_t j = 0; j < 6; ++j) {
+      if (std::fabs(ref.y[j]) > std::numeric_limits<float>::max()) {  // beyond fp32
+        EXPECT_TRUE(std::isinf(y[j]) && (y[j] > 0) == (ref.y[j] > 0)) << j;
+        continue;
+      }
+      EXPECT_TRUE(Meets(y[j], ref.y[j], BoundY(6, ref, j, gamma, beta)))
+          << j << ": " << y[j] << " vs " << static_cast<double>(ref.y[j]);
+    }
+    EXPECT_TRUE(MeetsStat(mean, ref.mean, BoundMean(6, ref)));
+  }
+}
+
 // A constant channel gives exactly beta; a NaN or Inf stays in its channel.
 TEST_P(BatchNorm, ConstantAndNonFiniteChannels) {
   for (nk_layout layout : kLayouts) {

@@ -201,6 +201,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (!nk_test::Meets(y_arg[idx], ref.y[j], bound)) {
         std::fprintf(stderr, "op %d channel %zu element %zu: y %g, reference %Lg, isa %s\n",
                      op, ci, j, y_arg[idx], ref.y[j], nk_get_isa());
+        std::fprintf(stderr, "gamma %.9g beta %.9g eps %g, reference mean %Lg rstd %Lg; "
+                     "channel's values:\n", gv[0], bv[0], eps, ref.mean, ref.rstd);
+        for (size_t k = 0; k < count; ++k) std::fprintf(stderr, "  %.9g\n", v[k]);
         Fail("y outside the bound");
       }
     }
