@@ -78,9 +78,43 @@ void RegisterBatchNorm(Op op, const std::string& isa, Shape s, bool nhwc, int th
 constexpr Shape kShapes[] = {{32, 64, 56, 56}, {256, 256, 14, 14}, {8, 512, 7, 7},
                              {1, 64, 112, 112}};
 
+// The SyncBatchNorm steps between processes: merge and running update over c channels
+// (per-channel vectors counted once each: 4 in and 2 out, or 2 in and 2 updated).
+void RegisterChannelSteps(const std::string& isa, size_t c) {
+  for (bool merge : {true, false}) {
+    Case k;
+    k.kernel = merge ? "moments_merge" : "batchnorm_update_running";
+    k.shape = std::to_string(c);
+    k.isa = isa;
+    k.threads = 1;
+    k.elements = static_cast<double>(c);
+    k.bytes = (merge ? 6.0 : 4.0) * c * sizeof(float);
+    k.copy = CopyFor(k.bytes, 1);
+    const float* a = Tensor(0, c);
+    const float* b = Tensor(1, c);
+    float* out_mean = Tensor(3, c);
+    float* out_m2 = Tensor(2, c);
+    if (merge) {  // (an update keeps a NaN-filled running mean NaN: not verifiable so)
+      k.out = out_mean;
+      k.out_n = c;
+    }
+    Register(
+        k.kernel + "/" + isa + "/" + k.shape + "/threads:1", k,
+        [=] { return nk_set_isa(isa.c_str()) == NK_OK && nk_set_num_threads(1) == NK_OK; },
+        [=] {
+          if (merge) {
+            nk_moments_merge_f32(c, 1000, a, b, 3000, b, a, out_mean, out_m2);
+          } else {
+            nk_batchnorm_update_running_f32(c, 4000, a, b, 0.1f, out_mean, out_m2);
+          }
+        });
+  }
+}
+
 }  // namespace
 
 void RegisterBatchNormCases(const Selection& s) {
+  RegisterChannelSteps(s.isas.front(), 4096);
   const std::string& best = s.isas.front();
   for (const std::string& isa : s.isas) {
     for (int op = 0; op < 3; ++op) {

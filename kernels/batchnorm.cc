@@ -25,13 +25,6 @@
 
 namespace nk {
 
-void UpdateRunning(double count, float mean, double m2, float momentum,
-                   float* running_mean, float* running_var) {
-  const double m = momentum;
-  *running_mean = static_cast<float>((1.0 - m) * *running_mean + m * mean);
-  *running_var = static_cast<float>((1.0 - m) * *running_var + m * (m2 / (count - 1.0)));
-}
-
 namespace {
 
 // Training's affine map of a channel: y = (x - mean) * (rstd * gamma) + beta; on the
@@ -351,7 +344,8 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
     if (save_mean != nullptr) save_mean[ci] = st.mean_out;
     if (save_rstd != nullptr) save_rstd[ci] = st.rstd_out;
     if (running_mean != nullptr) {
-      UpdateRunning(count, st.mean_out, M2Of(st), job.momentum, running_mean + ci,
+      UpdateRunning(1.0 / (count - 1.0), st.mean_out, M2Of(st), job.momentum,
+                    running_mean + ci,
                     running_var + ci);
     }
   };

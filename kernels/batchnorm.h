@@ -37,9 +37,14 @@ nk_status BatchNormInference(const BatchNormJob& job, const float* mean,
 nk_status BatchNormMoments(const BatchNormJob& job, float* mean, float* m2);
 
 // running = (1 - momentum) * running + momentum * batch, with the unbiased variance
-// m2 / (count - 1); in double, as PyTorch's CPU kernel. count >= 2.
-void UpdateRunning(double count, float mean, double m2, float momentum,
-                   float* running_mean, float* running_var);
+// m2 / (count - 1); in double, as PyTorch's CPU kernel. unbias = 1 / (count - 1),
+// count >= 2.
+inline void UpdateRunning(double unbias, float mean, double m2, float momentum,
+                          float* running_mean, float* running_var) {
+  const double m = momentum;
+  *running_mean = static_cast<float>((1.0 - m) * *running_mean + m * mean);
+  *running_var = static_cast<float>((1.0 - m) * *running_var + m * (m2 * unbias));
+}
 
 }  // namespace nk
 

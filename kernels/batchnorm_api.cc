@@ -182,9 +182,10 @@ nk_status nk_batchnorm_update_running_f32(size_t c, uint64_t count, const float*
                {"running_var", running_var, c_bytes, true}},
               {});
   if (v.failed()) return v.status();
+  const double unbias = 1.0 / (static_cast<double>(count) - 1.0);
   for (size_t ci = 0; ci < c; ++ci) {
-    nk::UpdateRunning(static_cast<double>(count), mean[ci], m2[ci], momentum,
-                      running_mean + ci, running_var + ci);
+    nk::UpdateRunning(unbias, mean[ci], m2[ci], momentum, running_mean + ci,
+                      running_var + ci);
   }
   return NK_OK;
 }

@@ -13,6 +13,6 @@ cmake --build "$build" -j"$(nproc)" --target bench_normkernels
 mkdir -p results
 # Three repetitions of each case; the table uses the medians.
 "$build"/bench/bench_normkernels --nk_json=results/benchmark.json \
-  --benchmark_min_time=0.1 --benchmark_repetitions=3 \
+  --benchmark_min_time=0.05 --benchmark_repetitions=3 \
   --benchmark_display_aggregates_only=true "$@"
 /usr/bin/python3 scripts/bench_report.py results/benchmark.json results/benchmark.png README.md
