@@ -55,10 +55,19 @@ class ThreadsDuringCreation {
   int saved_;
 };
 
-std::string RegisterJob(const std::string& name, Case c, std::shared_ptr<Job> job,
-                        int threads) {
+// Registers oneDNN's run of `elements` elements (x read, y written) as a case.
+std::string RegisterJob(const std::string& kernel, const std::string& shape,
+                        double elements, std::shared_ptr<Job> job, int threads) {
+  Case c;
+  c.kernel = kernel;
+  c.shape = shape;
+  c.isa = "oneDNN";
+  c.threads = threads;
+  c.elements = elements;
+  c.bytes = 2.0 * elements * sizeof(float);
   return Register(
-      name, c, [] { return true; }, [job, threads] { job->Run(threads); });
+      kernel + "/" + shape + "/threads:" + std::to_string(threads), c, [] { return true; },
+      [job, threads] { job->Run(threads); });
 }
 
 }  // namespace
@@ -85,15 +94,8 @@ std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads) {
                {DNNL_ARG_VARIANCE, Wrap(stat, Tensor(5, rows))},
                {DNNL_ARG_SCALE, Wrap(param, Gamma(cols))},
                {DNNL_ARG_SHIFT, Wrap(param, Beta(cols))}};
-  Case c;
-  c.kernel = "onednn_layernorm";
-  c.shape = std::to_string(rows) + "x" + std::to_string(cols);
-  c.isa = "oneDNN";
-  c.threads = threads;
-  c.elements = static_cast<double>(n);
-  c.bytes = 2.0 * n * sizeof(float);
-  return RegisterJob(c.kernel + "/" + c.shape + "/threads:" + std::to_string(threads), c,
-                     job, threads);
+  return RegisterJob("onednn_layernorm", std::to_string(rows) + "x" + std::to_string(cols),
+                     static_cast<double>(n), job, threads);
 }
 
 std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
@@ -123,16 +125,10 @@ std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
                {DNNL_ARG_VARIANCE, Wrap(param, var)},
                {DNNL_ARG_SCALE, Wrap(param, Gamma(c))},
                {DNNL_ARG_SHIFT, Wrap(param, Beta(c))}};
-  Case k;
-  k.kernel = training ? "onednn_batchnorm_training" : "onednn_batchnorm_inference";
-  k.shape = std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(h) + "x" +
-            std::to_string(w) + (nhwc ? " NHWC" : " NCHW");
-  k.isa = "oneDNN";
-  k.threads = threads;
-  k.elements = static_cast<double>(elements);
-  k.bytes = 2.0 * elements * sizeof(float);
-  return RegisterJob(k.kernel + "/" + k.shape + "/threads:" + std::to_string(threads), k,
-                     job, threads);
+  return RegisterJob(training ? "onednn_batchnorm_training" : "onednn_batchnorm_inference",
+                     std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(h) +
+                         "x" + std::to_string(w) + (nhwc ? " NHWC" : " NCHW"),
+                     static_cast<double>(elements), job, threads);
 }
 
 #else  // built without oneDNN

@@ -111,44 +111,6 @@ size_t ShortPlaneScratchFloats(size_t n, size_t channels) {
   return ColumnLevels(n) * channels * 2 * (hn::Lanes(hn::ScalableTag<float>()) + 1);
 }
 
-// Adds the block (mean, m2) of `count` per lane as block number `b` of a binary-counter
-// tree whose level l lives at levels + l * level_stride.
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE void AddToLaneTree(D d, size_t b, V mean, V m2, float count, float* mean_levels,
-                              float* m2_levels, size_t level_stride) {
-  size_t level = 0;
-  for (size_t t = b; t & 1; t >>= 1, ++level) {
-    V lower_mean = hn::LoadU(d, mean_levels + level * level_stride);
-    V lower_m2 = hn::LoadU(d, m2_levels + level * level_stride);
-    MergeEqualLanes<true>(d, lower_mean, lower_m2, mean, m2, count);
-    mean = lower_mean;
-    m2 = lower_m2;
-    count *= 2.0f;
-  }
-  hn::StoreU(mean, d, mean_levels + level * level_stride);
-  hn::StoreU(m2, d, m2_levels + level * level_stride);
-}
-
-// Moments of a tree of `blocks` blocks of `count` per lane, all lanes together.
-template <class D>
-HWY_INLINE Moments CollapseLaneTree(D d, size_t blocks, float count,
-                                    const float* mean_levels, const float* m2_levels,
-                                    size_t level_stride) {
-  auto mean = hn::Zero(d), m2 = hn::Zero(d);
-  float have = 0.0f;
-  for (size_t level = 0; (blocks >> level) != 0; ++level) {
-    if (((blocks >> level) & 1) == 0) continue;
-    auto big_mean = hn::LoadU(d, mean_levels + level * level_stride);
-    auto big_m2 = hn::LoadU(d, m2_levels + level * level_stride);
-    const float big = count * static_cast<float>(size_t{1} << level);
-    if (have != 0.0f) MergeLanes<true>(d, big_mean, big_m2, mean, m2, big, have);
-    mean = big_mean;
-    m2 = big_m2;
-    have += big;
-  }
-  return ReduceLanes<true>(d, mean, m2, have);
-}
-
 void ShortPlaneMoments(const float* x, size_t n, size_t c, size_t spatial, size_t c0,
                        size_t c1, float* scratch, Moments* out) {
   const hn::ScalableTag<float> d;
@@ -169,28 +131,34 @@ void ShortPlaneMoments(const float* x, size_t n, size_t c, size_t spatial, size_
         hn::Vec<decltype(d)> mean, m2;
         BlockMomentsOf<true>(
             d, [&](size_t v) HWY_ATTR { return hn::LoadU(d, p + v * N); }, nvec, mean, m2);
-        AddToLaneTree(d, ni, mean, m2, static_cast<float>(nvec), vec_mean + k * N,
-                      vec_m2 + k * N, width * N);
+        AddToLaneTree<true>(d, ni, mean, m2, static_cast<float>(nvec), vec_mean + k * N,
+                            vec_m2 + k * N, width * N);
       }
       if (tail != 0) {
         hn::Vec<decltype(d1)> mean, m2;
         BlockMomentsOf<true>(
             d1, [&](size_t v) HWY_ATTR { return hn::LoadU(d1, p + nvec * N + v); }, tail,
             mean, m2);
-        AddToLaneTree(d1, ni, mean, m2, static_cast<float>(tail), tail_mean + k,
-                      tail_m2 + k, width);
+        AddToLaneTree<true>(d1, ni, mean, m2, static_cast<float>(tail), tail_mean + k,
+                            tail_m2 + k, width);
       }
     }
   }
   for (size_t k = 0; k < width; ++k) {
     Moments m = {0.0, 0.0f, 0.0f};
     if (nvec != 0) {
-      m = CollapseLaneTree(d, n, static_cast<float>(nvec), vec_mean + k * N,
-                           vec_m2 + k * N, width * N);
+      hn::Vec<decltype(d)> mean, m2;
+      const float count = CollapseLaneTree<true>(d, n, static_cast<float>(nvec),
+                                                 vec_mean + k * N, vec_m2 + k * N,
+                                                 width * N, mean, m2);
+      m = ReduceLanes<true>(d, mean, m2, count);
     }
     if (tail != 0) {
-      m = MergeMoments(m, CollapseLaneTree(d1, n, static_cast<float>(tail), tail_mean + k,
-                                           tail_m2 + k, width));
+      hn::Vec<decltype(d1)> mean, m2;
+      const float count = CollapseLaneTree<true>(d1, n, static_cast<float>(tail),
+                                                 tail_mean + k, tail_m2 + k, width, mean,
+                                                 m2);
+      m = MergeMoments(m, ReduceLanes<true>(d1, mean, m2, count));
     }
     out[k] = m;
   }
@@ -224,36 +192,16 @@ void ColumnMomentsTree(const float* x, size_t rows, size_t c, float* scratch,
       hn::Vec<decltype(d)> mean, m2;
       FullBlockMomentsOf<true, K>(
           d, [&](size_t k) HWY_ATTR { return hn::LoadU(d, xb + k * c + j); }, mean, m2);
-      float count = static_cast<float>(K);
-      size_t level = 0;
-      for (size_t t = b; t & 1; t >>= 1, ++level) {
-        auto lower_mean = hn::LoadU(d, level_mean + level * c + j);
-        auto lower_m2 = hn::LoadU(d, level_m2 + level * c + j);
-        MergeEqualLanes<true>(d, lower_mean, lower_m2, mean, m2, count);
-        mean = lower_mean;
-        m2 = lower_m2;
-        count *= 2.0f;
-      }
-      hn::StoreU(mean, d, level_mean + level * c + j);
-      hn::StoreU(m2, d, level_m2 + level * c + j);
+      AddToLaneTree<true>(d, b, mean, m2, static_cast<float>(K), level_mean + j,
+                          level_m2 + j, c);
     });
   }
   const size_t rest = rows - blocks * K;
   const float* xr = x + blocks * K * c;
   ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
-    auto mean = hn::Zero(d), m2 = hn::Zero(d);
-    float count = 0.0f;
-    // Collapse the levels, smallest first, each into the larger, older one.
-    for (size_t level = 0; (blocks >> level) != 0; ++level) {
-      if (((blocks >> level) & 1) == 0) continue;
-      auto big_mean = hn::LoadU(d, level_mean + level * c + j);
-      auto big_m2 = hn::LoadU(d, level_m2 + level * c + j);
-      const float big = static_cast<float>(K << level);
-      if (count != 0.0f) MergeLanes<true>(d, big_mean, big_m2, mean, m2, big, count);
-      mean = big_mean;
-      m2 = big_m2;
-      count += big;
-    }
+    hn::Vec<decltype(d)> mean, m2;
+    const float count = CollapseLaneTree<true>(d, blocks, static_cast<float>(K),
+                                               level_mean + j, level_m2 + j, c, mean, m2);
     if (rest != 0) {
       hn::Vec<decltype(d)> rest_mean, rest_m2;
       BlockMomentsOf<true>(

@@ -173,6 +173,49 @@ HWY_INLINE Moments ReduceLanes(D d, V mean, V m2, float n_lane) {
   return r;
 }
 
+// A pairwise Chan tree of per-lane blocks kept as a binary counter: level l (at
+// mean_levels / m2_levels + l * stride) holds the moments of 2^l blocks, and block b
+// completes the levels given by the trailing ones of b. Adds block b of `count` per
+// lane.
+template <bool kCenter, class D, class V = hn::Vec<D>>
+HWY_INLINE void AddToLaneTree(D d, size_t b, V mean, V m2, float count, float* mean_levels,
+                              float* m2_levels, size_t stride) {
+  size_t level = 0;
+  for (size_t t = b; t & 1; t >>= 1, ++level) {
+    V lower_mean = hn::LoadU(d, mean_levels + level * stride);
+    V lower_m2 = hn::LoadU(d, m2_levels + level * stride);
+    MergeEqualLanes<kCenter>(d, lower_mean, lower_m2, mean, m2, count);
+    mean = lower_mean;
+    m2 = lower_m2;
+    count *= 2.0f;
+  }
+  hn::StoreU(mean, d, mean_levels + level * stride);
+  hn::StoreU(m2, d, m2_levels + level * stride);
+}
+
+// The per-lane moments of a tree of `blocks` blocks of `count` per lane: the levels
+// merged smallest first, each into the larger, older one. Returns the count per lane
+// (0, with zero moments, for an empty tree).
+template <bool kCenter, class D, class V = hn::Vec<D>>
+HWY_INLINE float CollapseLaneTree(D d, size_t blocks, float count,
+                                  const float* mean_levels, const float* m2_levels,
+                                  size_t stride, V& mean, V& m2) {
+  mean = hn::Zero(d);
+  m2 = hn::Zero(d);
+  float have = 0.0f;
+  for (size_t level = 0; (blocks >> level) != 0; ++level) {
+    if (((blocks >> level) & 1) == 0) continue;
+    V big_mean = hn::LoadU(d, mean_levels + level * stride);
+    V big_m2 = hn::LoadU(d, m2_levels + level * stride);
+    const float big = count * static_cast<float>(size_t{1} << level);
+    if (have != 0.0f) MergeLanes<kCenter>(d, big_mean, big_m2, mean, m2, big, have);
+    mean = big_mean;
+    m2 = big_m2;
+    have += big;
+  }
+  return have;
+}
+
 // The pairwise Chan tree over full blocks, fed one block at a time, so that a caller
 // can interleave other work (normalizing the previous row). Level l of the stack
 // holds the per-lane moments of 2^l blocks; block b completes the levels given by
@@ -186,21 +229,10 @@ class BlockTree {
   // Adds the block of kBlock vectors at element i of src.
   template <class Src>
   HWY_INLINE void Add(D d, const Src& src, size_t i) {
-    const size_t N = hn::Lanes(d);
     V mean, m2;
     FullBlockMoments<kCenter, kBlock>(d, src, i, mean, m2);
-    float count = static_cast<float>(kBlock);
-    size_t level = 0;
-    for (size_t t = blocks_; t & 1; t >>= 1, ++level) {
-      V lower_mean = hn::Load(d, mean_ + level * N);
-      V lower_m2 = hn::Load(d, m2_ + level * N);
-      MergeEqualLanes<kCenter>(d, lower_mean, lower_m2, mean, m2, count);
-      mean = lower_mean;
-      m2 = lower_m2;
-      count *= 2.0f;
-    }
-    hn::Store(mean, d, mean_ + level * N);
-    hn::Store(m2, d, m2_ + level * N);
+    AddToLaneTree<kCenter>(d, blocks_, mean, m2, static_cast<float>(kBlock), mean_, m2_,
+                           hn::Lanes(d));
     ++blocks_;
   }
 
@@ -211,19 +243,9 @@ class BlockTree {
     const size_t N = hn::Lanes(d);
     Moments result = {0.0, 0.0f, 0.0f};
     if (blocks_ != 0) {
-      // Collapse the levels, smallest first, each into the larger, older one.
-      V mean = hn::Zero(d), m2 = hn::Zero(d);
-      float count = 0.0f;
-      for (size_t level = 0; (blocks_ >> level) != 0; ++level) {
-        if (((blocks_ >> level) & 1) == 0) continue;
-        V big_mean = hn::Load(d, mean_ + level * N);
-        V big_m2 = hn::Load(d, m2_ + level * N);
-        const float c = static_cast<float>(kBlock << level);
-        if (count != 0.0f) MergeLanes<kCenter>(d, big_mean, big_m2, mean, m2, c, count);
-        mean = big_mean;
-        m2 = big_m2;
-        count += c;
-      }
+      V mean, m2;
+      const float count = CollapseLaneTree<kCenter>(d, blocks_, static_cast<float>(kBlock),
+                                                    mean_, m2_, N, mean, m2);
       result = ReduceLanes<kCenter>(d, mean, m2, count);
       blocks_ = 0;
     }

@@ -13,13 +13,18 @@
 
 namespace nk {
 
-Validator& Validator::Fail(nk_status status, const char* format, ...) {
+Validator& Validator::FailV(nk_status status, const char* format, va_list args) {
   char detail[400];
+  std::vsnprintf(detail, sizeof(detail), format, args);
+  status_ = SetError(status, "%s: %s", function_, detail);
+  return *this;
+}
+
+Validator& Validator::Fail(nk_status status, const char* format, ...) {
   va_list args;
   va_start(args, format);
-  std::vsnprintf(detail, sizeof(detail), format, args);
+  FailV(status, format, args);
   va_end(args);
-  status_ = SetError(status, "%s: %s", function_, detail);
   return *this;
 }
 
@@ -53,12 +58,10 @@ Validator& Validator::Layout(nk_layout layout) {
 
 Validator& Validator::Require(bool ok, nk_status status, const char* format, ...) {
   if (failed() || ok) return *this;
-  char detail[400];
   va_list args;
   va_start(args, format);
-  std::vsnprintf(detail, sizeof(detail), format, args);
+  FailV(status, format, args);
   va_end(args);
-  status_ = SetError(status, "%s: %s", function_, detail);
   return *this;
 }
 

@@ -4,6 +4,7 @@
 #ifndef NK_KERNELS_VALIDATE_H_
 #define NK_KERNELS_VALIDATE_H_
 
+#include <cstdarg>
 #include <cstddef>
 #include <initializer_list>
 
@@ -53,6 +54,7 @@ class Validator {
                        std::initializer_list<Alias> allowed);
 
  private:
+  Validator& FailV(nk_status status, const char* format, va_list args);
   Validator& Fail(nk_status status, const char* format, ...)
       __attribute__((format(printf, 3, 4)));
 

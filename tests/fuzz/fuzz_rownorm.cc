@@ -13,25 +13,14 @@
 #include <vector>
 
 #include "../reference.h"
+#include "fuzz_util.h"
 #include "normkernels.h"
 
 namespace {
 
-[[noreturn]] void Fail(const char* what) {
-  std::fprintf(stderr, "fuzz_rownorm: %s (last error: %s)\n", what, nk_last_error());
-  std::abort();
-}
+[[noreturn]] void Fail(const char* what) { nk_fuzz::Fail("fuzz_rownorm", what); }
 
-float Value(FuzzedDataProvider& p) {
-  switch (p.ConsumeIntegralInRange<int>(0, 15)) {
-    case 0: return NAN;
-    case 1: return p.ConsumeBool() ? INFINITY : -INFINITY;
-    case 2: return p.ConsumeFloatingPointInRange<float>(-3e38f, 3e38f);
-    case 3: return p.ConsumeFloatingPointInRange<float>(-1e-30f, 1e-30f);
-    case 4: return 1e4f + p.ConsumeFloatingPointInRange<float>(-2.0f, 2.0f);
-    default: return p.ConsumeFloatingPointInRange<float>(-8.0f, 8.0f);
-  }
-}
+using nk_fuzz::Value;
 
 enum Aliasing { kNone, kYIsX, kYPartial, kStatsInY, kSumIsY, kSumIsX, kYIsResidual, kCount };
 
@@ -44,10 +33,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const size_t rows = p.ConsumeIntegralInRange<size_t>(0, 6);
   const size_t cols = p.ConsumeIntegralInRange<size_t>(0, 300);
   const size_t n = rows * cols;
-  const char* isas[8];
-  const size_t nisa = nk_list_isas(isas, 8);
-  if (nk_set_isa(isas[p.ConsumeIntegralInRange<size_t>(0, nisa - 1)]) != NK_OK) Fail("set_isa");
-  nk_set_num_threads(p.ConsumeIntegralInRange<int>(1, 3));
+  nk_fuzz::SelectIsaAndThreads(p, "fuzz_rownorm");
   float eps = 1e-5f;
   switch (p.ConsumeIntegralInRange<int>(0, 5)) {
     case 0: eps = 0.0f; break;
