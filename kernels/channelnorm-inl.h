@@ -33,6 +33,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 // pass overlaps reads and writes); requests this far ahead keep more of them going
 // than the hardware prefetcher alone.
 constexpr size_t kAheadBytes = 2048;
+// The same for NHWC column blocks.
+constexpr size_t kColumnAheadBytes = 8192;
 
 Moments ChannelSpanMoments(const float* x, size_t n, float scale) {
   const hn::ScalableTag<float> d;
@@ -185,8 +187,9 @@ void ColumnMomentsTree(const float* x, size_t rows, size_t c, float* scratch,
   const size_t block_bytes = K * c * sizeof(float);
   for (size_t b = 0; b < blocks; ++b) {
     const float* xb = x + b * K * c;
-    // The block after next: see kAheadBytes.
-    const char* ahead = reinterpret_cast<const char*>(xb) + 2 * block_bytes;
+    // A fixed distance: two blocks ahead of wide rows (c = 256) asked for too much too
+    // early (moments of 256x256x14x14 NHWC 30% slower than with 8 KiB).
+    const char* ahead = reinterpret_cast<const char*>(xb) + kColumnAheadBytes;
     for (size_t i = 0; i < block_bytes; i += 64) hwy::Prefetch(ahead + i);
     ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
       hn::Vec<decltype(d)> mean, m2;

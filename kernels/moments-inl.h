@@ -1,13 +1,12 @@
 // moments-inl.h: vectorized Welford/Chan moments of a span, per target; shared by
 // every op that needs statistics (rows, channels, groups).
 //
-// The span is cut into blocks of K vectors. Each lane of a block gets its sum taken
-// relative to the block's first vector, then its squared deviations from its own
-// mean (the block is still in registers or L1), so a constant lane yields exactly its
-// value and 0. Blocks are merged by Chan's formula in a pairwise tree (a binary
-// counter over a small stack), which keeps the error at O(log n) ulps even for a
-// sorted ramp, where one Welford chain per lane would drift. Lanes and the tail are
-// merged last.
+// The span is cut into blocks of K vectors. Each lane of a block gets its mean (a
+// pairwise sum), then its squared deviations from that mean (the block is still in
+// registers or L1), so a constant lane yields exactly its value and 0. Blocks are
+// merged by Chan's formula in a pairwise tree (a binary counter over a small stack),
+// which keeps the error at O(log n) ulps even for a sorted ramp, where one Welford
+// chain per lane would drift. Lanes and the tail are merged last.
 #if defined(NK_KERNELS_MOMENTS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef NK_KERNELS_MOMENTS_INL_H_
 #undef NK_KERNELS_MOMENTS_INL_H_
@@ -83,38 +82,44 @@ HWY_INLINE void BlockMoments(D d, const Src& src, size_t i, size_t nvec, V& mean
       d, [&](size_t k) HWY_ATTR { return src.Load(d, i + k * N); }, nvec, mean, m2);
 }
 
-// The same for a full block of kVecs vectors, loaded once and kept in registers
-// (where vectors have a size; scalable ones read the block twice from L1).
+// The same for a full block of kVecs vectors (a power of two), loaded once and kept in
+// registers (where vectors have a size; scalable ones read the block twice from L1).
+// The hot loop of every statistics pass, so its arithmetic is balanced over the two
+// kinds of FP pipes (Zen 4 adds on two, multiplies and FMAs on two others): the sum is
+// a pairwise tree of adds (exact for a constant lane: sums of 2^k equal values are
+// exact), half the deviations are FMAs x * 1 - mean (the same rounding as x - mean),
+// and the squares go to four accumulators so that their chains overlap.
 template <bool kCenter, size_t kVecs, class D, class Load, class V = hn::Vec<D>>
 HWY_INLINE void FullBlockMomentsOf(D d, const Load& load, V& mean, V& m2) {
+  static_assert(kVecs >= 4 && (kVecs & (kVecs - 1)) == 0, "a power of two, at least 4");
 #if HWY_HAVE_SCALABLE
   BlockMomentsOf<kCenter>(d, load, kVecs, mean, m2);
 #else
   V v[kVecs];
-  HWY_UNROLL(16)
+  HWY_UNROLL(64)
   for (size_t k = 0; k < kVecs; ++k) v[k] = load(k);
-  V q0 = hn::Zero(d), q1 = hn::Zero(d);
   if (kCenter) {
-    V s0 = hn::Zero(d), s1 = hn::Zero(d);
-    HWY_UNROLL(16)
-    for (size_t k = 1; k + 1 < kVecs; k += 2) {
-      s0 = hn::Add(s0, hn::Sub(v[k], v[0]));
-      s1 = hn::Add(s1, hn::Sub(v[k + 1], v[0]));
+    V sum[kVecs / 2];
+    HWY_UNROLL(32)
+    for (size_t k = 0; k < kVecs / 2; ++k) sum[k] = hn::Add(v[2 * k], v[2 * k + 1]);
+    for (size_t w = kVecs / 4; w != 0; w /= 2) {
+      HWY_UNROLL(16)
+      for (size_t k = 0; k < w; ++k) sum[k] = hn::Add(sum[2 * k], sum[2 * k + 1]);
     }
-    if (kVecs % 2 == 0) s0 = hn::Add(s0, hn::Sub(v[kVecs - 1], v[0]));
-    mean = hn::MulAdd(hn::Add(s0, s1), hn::Set(d, 1.0f / kVecs), v[0]);
-    HWY_UNROLL(16)
-    for (size_t k = 0; k < kVecs; ++k) v[k] = hn::Sub(v[k], mean);
+    mean = hn::Mul(sum[0], hn::Set(d, 1.0f / kVecs));
+    const V one = hn::Set(d, 1.0f);
+    const V neg_mean = hn::Neg(mean);
+    HWY_UNROLL(64)
+    for (size_t k = 0; k < kVecs; ++k) {
+      v[k] = (k & 1) ? hn::MulAdd(v[k], one, neg_mean) : hn::Sub(v[k], mean);
+    }
   } else {
     mean = hn::Zero(d);
   }
-  HWY_UNROLL(16)
-  for (size_t k = 0; k + 1 < kVecs; k += 2) {
-    q0 = hn::MulAdd(v[k], v[k], q0);
-    q1 = hn::MulAdd(v[k + 1], v[k + 1], q1);
-  }
-  if (kVecs % 2) q0 = hn::MulAdd(v[kVecs - 1], v[kVecs - 1], q0);
-  m2 = hn::Add(q0, q1);
+  V q[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
+  HWY_UNROLL(64)
+  for (size_t k = 0; k < kVecs; ++k) q[k % 4] = hn::MulAdd(v[k], v[k], q[k % 4]);
+  m2 = hn::Add(hn::Add(q[0], q[1]), hn::Add(q[2], q[3]));
 #endif
 }
 

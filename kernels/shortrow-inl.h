@@ -2,9 +2,9 @@
 // registers, kRows rows at a time so that their reductions overlap. Small rows spend
 // their time in horizontal reductions, sqrt/div and loop overhead, not in memory.
 //
-// Statistics are those of one block (moments-inl.h): the sum taken relative to the
-// row's first element (a constant row gets exactly its value as mean), then the
-// squared deviations from the mean; the deviations are kept for normalization. A row
+// Statistics take two passes over the registers: the sum taken relative to the row's
+// first element (a constant row gets exactly its value as mean), then the squared
+// deviations from the mean; the deviations are kept for normalization. A row
 // whose statistics are not finite is finished by the general path.
 #if defined(NK_KERNELS_SHORTROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef NK_KERNELS_SHORTROW_INL_H_
