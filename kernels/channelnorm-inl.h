@@ -31,10 +31,10 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // The statistics pass reads x from memory with nothing else in flight (the apply
 // pass overlaps reads and writes); requests this far ahead keep more of them going
-// than the hardware prefetcher alone.
-constexpr size_t kAheadBytes = 2048;
-// The same for NHWC column blocks.
-constexpr size_t kColumnAheadBytes = 8192;
+// than the hardware prefetcher alone. (Measured on 32x64x56x56 NCHW: statistics at
+// 0.83 ms with 2 KiB, 0.60 with 8 KiB, 0.61 with 16 KiB, 0.92 without; a read alone
+// takes 0.43. NHWC column blocks: two blocks of c = 256, 32 KiB, were 30% slower.)
+constexpr size_t kAheadBytes = 8192;
 
 Moments ChannelSpanMoments(const float* x, size_t n, float scale) {
   const hn::ScalableTag<float> d;
@@ -187,9 +187,7 @@ void ColumnMomentsTree(const float* x, size_t rows, size_t c, float* scratch,
   const size_t block_bytes = K * c * sizeof(float);
   for (size_t b = 0; b < blocks; ++b) {
     const float* xb = x + b * K * c;
-    // A fixed distance: two blocks ahead of wide rows (c = 256) asked for too much too
-    // early (moments of 256x256x14x14 NHWC 30% slower than with 8 KiB).
-    const char* ahead = reinterpret_cast<const char*>(xb) + kColumnAheadBytes;
+    const char* ahead = reinterpret_cast<const char*>(xb) + kAheadBytes;
     for (size_t i = 0; i < block_bytes; i += 64) hwy::Prefetch(ahead + i);
     ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
       hn::Vec<decltype(d)> mean, m2;
