@@ -87,12 +87,15 @@ Moments ChunkMomentsT(const RowNormJob& job, size_t row, size_t c0, size_t n,
 // With `stream` (outputs far larger than the cache), y is written with non-temporal
 // stores while `prefetch` (the next row's x, or NULL) is fetched, so that reads from
 // memory go on during the writes, as in a copy.
+// The normalized value of element i of src: ((s - mean) * rstd) * gamma + beta.
 template <bool kCenter, bool kGamma, bool kBeta, class Src>
-HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
-                              const float* HWY_RESTRICT beta, float mean, float rstd,
-                              bool stream, size_t c0, size_t n, float* y,
-                              const float* prefetch = nullptr) {
-  const auto normalized = [&](auto d, size_t i) HWY_ATTR {
+struct Normalized {
+  const Src& src;
+  const float* HWY_RESTRICT gamma;
+  const float* HWY_RESTRICT beta;
+  float mean, rstd;
+  template <class D>
+  HWY_INLINE hn::Vec<D> operator()(D d, size_t i) const {
     auto v = src.Load(d, i);
     if (kCenter) v = hn::Sub(v, hn::Set(d, mean));
     v = hn::Mul(v, hn::Set(d, rstd));
@@ -100,7 +103,15 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
     if (kGamma) return hn::Mul(v, hn::LoadU(d, gamma + i));
     if (kBeta) return hn::Add(v, hn::LoadU(d, beta + i));
     return v;
-  };
+  }
+};
+
+template <bool kCenter, bool kGamma, bool kBeta, class Src>
+HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
+                              const float* HWY_RESTRICT beta, float mean, float rstd,
+                              bool stream, size_t c0, size_t n, float* y,
+                              const float* prefetch = nullptr) {
+  const Normalized<kCenter, kGamma, kBeta, Src> normalized{src, gamma, beta, mean, rstd};
   const auto store = [&](auto d, size_t i) HWY_ATTR {
     hn::StoreU(normalized(d, i), d, y + i);
   };
@@ -210,6 +221,83 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
   }
 }
 
+// LayerNorm rows [r0, r1) of at most kChunk columns, streamed: y of row r is written
+// with the next row's statistics taken block by block between its stores, so memory
+// sees reads and writes finely interleaved, as in a copy. (A row's reads, then its
+// writes, in runs of 4 KiB or more ran at the speed of reads plus writes; and a block's
+// loads, with the many operations that wait on them, fill the FP scheduler, so each
+// block asks for the lines kRowAheadBytes ahead.) Measured at 64 MiB, 1 thread:
+// 0.36-0.48x of a copy before, 0.59-0.60x after, for 1024 and 4096 columns. RMSNorm's
+// statistics are cheap enough that it gained nothing, so it keeps RowsT. The
+// statistics are SpanMoments' to the bit.
+constexpr size_t kRowAheadBytes = 8192;
+
+template <bool kCenter, bool kGamma, bool kBeta, class Src>
+void PipelinedRowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
+  const hn::ScalableTag<float> d;
+  const hn::CappedTag<float, 1> d1;
+  const size_t N = hn::Lanes(d);
+  const size_t cols = job.cols;
+  const size_t block = BlockElements(d);
+  const size_t full = cols / block * block;  // elements in whole blocks
+  BlockTree<kCenter, decltype(d)> tree;
+  const auto row_moments = [&](const Src& src) HWY_ATTR {
+    for (size_t i = 0; i < full; i += block) tree.Add(d, src, i);
+    return tree.Finish(d, src, full, cols);
+  };
+  Moments first = row_moments(src0.At(r0 * cols));
+  for (size_t r = r0; r < r1; ++r) {
+    const Src src = src0.At(r * cols);
+    const SetStats st = RowStatistics(
+        cols, job.eps, first,
+        [&](size_t c0, size_t n, float scale, bool first_pass) {
+          return ChunkMomentsT<kCenter>(job, r, c0, n, scale, first_pass);
+        },
+        [&](size_t c0, size_t n) { return RowMaxAbs(job, r, c0, n); });
+    if (job.mean != nullptr) job.mean[r] = st.mean_out;
+    if (job.rstd != nullptr) job.rstd[r] = st.rstd_out;
+    float* y = job.y + r * cols;
+    const bool has_next = r + 1 < r1;
+    const Src next = src0.At((r + 1) * cols);
+    if (HWY_UNLIKELY(st.scale != 1.0f)) {  // the rescaled slow path, unpipelined
+      NormalizeRow<kCenter, kGamma, kBeta>(job, src, st, 0, cols, y);
+      if (has_next) first = row_moments(next);
+      continue;
+    }
+    const Normalized<kCenter, kGamma, kBeta, Src> value{src, job.gamma, job.beta,
+                                                        st.mean, st.rstd};
+    const bool stream =
+        job.stream && reinterpret_cast<uintptr_t>(y) % sizeof(float) == 0;
+    const auto store = [&](size_t i) HWY_ATTR {
+      stream ? hn::Stream(value(d, i), d, y + i) : hn::StoreU(value(d, i), d, y + i);
+    };
+    size_t i = 0;
+    if (stream) {  // peel to a vector-aligned y
+      for (; i < cols && reinterpret_cast<uintptr_t>(y + i) % (N * sizeof(float)) != 0;
+           ++i) {
+        hn::StoreU(value(d1, i), d1, y + i);
+      }
+    }
+    size_t b = 0;  // next row's block
+    while (i + N <= cols) {
+      if (has_next && b < full) {
+        for (size_t k = 0; k < block; k += 64 / sizeof(float)) {
+          next.Prefetch(b + k, kRowAheadBytes);
+        }
+        tree.Add(d, next, b);
+        b += block;
+      }
+      const size_t stop = HWY_MIN(i + block, cols - (cols - i) % N);
+      for (; i < stop; i += N) store(i);
+    }
+    for (; i < cols; ++i) hn::StoreU(value(d1, i), d1, y + i);
+    if (has_next) {
+      for (; b < full; b += block) tree.Add(d, next, b);
+      first = tree.Finish(d, next, full, cols);
+    }
+  }
+}
+
 // Finishes the rows of a ShortRows group whose fast statistics were not finite.
 template <bool kCenter>
 HWY_NOINLINE void FinishShortRows(const RowNormJob& job, size_t r, uint32_t bad,
@@ -275,8 +363,14 @@ void Rows(const RowNormJob& job, size_t r0, size_t r1) {
   if (!done) {
     VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
       WithRowSource(job, 0, [&](const auto& src) HWY_ATTR {
-        RowsT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
-            job, src, r0, r1);
+        constexpr bool kC = decltype(center)::value, kG = decltype(gamma)::value,
+                       kB = decltype(beta)::value;
+        const bool store_sum = job.residual != nullptr && job.sum != nullptr;
+        if (kC && job.stream && !store_sum && job.cols <= kChunk) {
+          PipelinedRowsT<kC, kG, kB>(job, src, r0, r1);
+        } else {
+          RowsT<kC, kG, kB>(job, src, r0, r1);
+        }
       });
     });
   }

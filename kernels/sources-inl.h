@@ -8,6 +8,7 @@
 #define NK_KERNELS_SOURCES_INL_H_
 #endif
 
+#include "hwy/cache_control.h"
 #include "hwy/highway.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -22,6 +23,10 @@ struct F32Source {
   HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
     return hn::LoadU(d, x + i);
   }
+  // Asks for the cache line `bytes` past element i.
+  HWY_INLINE void Prefetch(size_t i, size_t bytes) const {
+    hwy::Prefetch(reinterpret_cast<const char*>(x + i) + bytes);
+  }
 };
 
 // The fused residual step without a stored sum: s = x + residual, recomputed.
@@ -32,6 +37,10 @@ struct AddSource {
   template <class D>
   HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
     return hn::Add(hn::LoadU(d, x + i), hn::LoadU(d, residual + i));
+  }
+  HWY_INLINE void Prefetch(size_t i, size_t bytes) const {
+    hwy::Prefetch(reinterpret_cast<const char*>(x + i) + bytes);
+    hwy::Prefetch(reinterpret_cast<const char*>(residual + i) + bytes);
   }
 };
 
@@ -44,6 +53,7 @@ struct ScaledSource {
   HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
     return hn::Mul(src.Load(d, i), hn::Set(d, scale));
   }
+  HWY_INLINE void Prefetch(size_t i, size_t bytes) const { src.Prefetch(i, bytes); }
 };
 
 // Calls f(d, i) for each full vector of [begin, end) and f(d1, i) for each

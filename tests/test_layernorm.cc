@@ -191,6 +191,54 @@ TEST_P(LayerNormTest, HugeValues) {
   }
 }
 
+// Tensors of 32 MiB and more stream y and, for LayerNorm, take the next row's
+// statistics between the stores of the row before: a misaligned y (peeled), whole
+// blocks and a tail, rows that are NaN, constant, huge (the rescaled path in the middle
+// of the pipeline) or ill-conditioned, in place, and the same bits for 1, 2, 3 threads.
+TEST_P(LayerNormTest, LargeTensorsStream) {
+  constexpr size_t kRows = 8200, kCols = 1027;  // 8.4 M elements, 33.7 MB
+  const auto fill = [](Buffer& x, Buffer& r) {
+    for (size_t i = 0; i < kCols; ++i) {
+      x[5 * kCols + i] = i == 9 ? NAN : x[5 * kCols + i];
+      x[6 * kCols + i] = 2.5f;
+      x[7 * kCols + i] *= 1e30f;
+      x[kRows / 2 * kCols + i] += 1e4f;
+      r[6 * kCols + i] = 0.0f;
+    }
+  };
+  for (Op op : kAllOps) {
+    Case c;
+    c.op = op;
+    c.rows = kRows;
+    c.cols = kCols;
+    c.misalign = Centered(op) ? 1 : 0;
+    c.fill = fill;
+    ASSERT_GE(CheckCase(c), 0);
+  }
+  Case c;
+  c.rows = 2048;
+  c.cols = 4096;
+  c.alias = Alias::kYIsX;
+  c.fill = fill;
+  ASSERT_GE(CheckCase(c), 0);
+  c.alias = Alias::kNone;
+  c.rows = kRows;
+  c.cols = kCols;
+  Result first;
+  for (int threads : {1, 2, 3}) {
+    ASSERT_EQ(nk_set_num_threads(threads), NK_OK);
+    SCOPED_TRACE(c.Describe());
+    const Result r = RunCase(c);
+    if (threads == 1) {
+      first = r;
+      continue;
+    }
+    ASSERT_TRUE(SameBits(r.y, first.y));
+    ASSERT_TRUE(SameBits(r.mean, first.mean));
+    ASSERT_TRUE(SameBits(r.rstd, first.rstd));
+  }
+}
+
 TEST_P(LayerNormTest, TinyValues) {
   for (Op op : kAllOps) {
     Case c;
