@@ -83,6 +83,13 @@ Moments ChunkMomentsT(const RowNormJob& job, size_t row, size_t c0, size_t n,
   return m;
 }
 
+// Stores into y lines that are not in the cache wait for the line to be read first
+// (read for ownership) and soon fill the store buffer; asking for a line this far ahead
+// every four vectors overlaps those reads with the work (LayerNorm of 4 MiB, 1 thread,
+// A/B in one process: 5-10% faster; asking for every line gained nothing). Streamed
+// outputs take non-temporal stores instead.
+constexpr size_t kWriteAheadBytes = 8192;
+
 // y = ((s - mean) * rstd) * gamma + beta over [c0, c0 + n) (RMSNorm: no mean).
 // With `stream` (outputs far larger than the cache), y is written with non-temporal
 // stores while `prefetch` (the next row's x, or NULL) is fetched, so that reads from
@@ -135,6 +142,7 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
   }
   const size_t N = hn::Lanes(d);
   for (; i + 4 * N <= end; i += 4 * N) {  // unrolled: loop overhead is a third otherwise
+    hwy::Prefetch(reinterpret_cast<const char*>(y + i) + kWriteAheadBytes);
     store(d, i);
     store(d, i + N);
     store(d, i + 2 * N);
