@@ -16,6 +16,13 @@ namespace nk {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Loads from memory that feed much arithmetic fill the FP scheduler with operations
+// waiting on them, so few of them are in flight; passes over data larger than the cache
+// ask for the lines this far ahead (software prefetch) to keep memory busy. Measured on
+// Zen 4, 1 thread: BatchNorm statistics of 32x64x56x56 0.83 -> 0.60 ms (2 KiB -> 8 KiB;
+// 16 KiB the same), LayerNorm of 64 MiB with 256 columns 0.45x -> 0.70x of a copy.
+constexpr size_t kReadAheadBytes = 8192;
+
 struct F32Source {
   const float* x;
   F32Source At(size_t offset) const { return {x + offset}; }

@@ -197,7 +197,7 @@ TEST_P(LayerNormTest, HugeValues) {
 // of the pipeline) or ill-conditioned, in place, and the same bits for 1, 2, 3 threads.
 TEST_P(LayerNormTest, LargeTensorsStream) {
   constexpr size_t kRows = 8200, kCols = 1027;  // 8.4 M elements, 33.7 MB
-  const auto fill = [](Buffer& x, Buffer& r) {
+  const auto fill = [](Buffer& x, Buffer& r) {  // rows 5-7 and a middle one, of kCols
     for (size_t i = 0; i < kCols; ++i) {
       x[5 * kCols + i] = i == 9 ? NAN : x[5 * kCols + i];
       x[6 * kCols + i] = 2.5f;
@@ -212,6 +212,14 @@ TEST_P(LayerNormTest, LargeTensorsStream) {
     c.rows = kRows;
     c.cols = kCols;
     c.misalign = Centered(op) ? 1 : 0;
+    c.fill = fill;
+    ASSERT_GE(CheckCase(c), 0);
+  }
+  for (Op op : {Op::kLayerNorm, Op::kAddRmsNorm}) {  // rows held in registers
+    Case c;
+    c.op = op;
+    c.rows = kRows * kCols / 64;
+    c.cols = 64;
     c.fill = fill;
     ASSERT_GE(CheckCase(c), 0);
   }
