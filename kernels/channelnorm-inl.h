@@ -38,16 +38,7 @@ Moments ChannelSpanMoments(const float* x, size_t n, float scale) {
   if (scale != 1.0f) {
     return SpanMoments<true>(d, ScaledSource<F32Source>{F32Source{x}, scale}, 0, n);
   }
-  BlockTree<true, decltype(d)> tree;
-  const F32Source src{x};
-  const size_t block = BlockElements(d);
-  size_t i = 0;
-  for (; i + block <= n; i += block) {
-    const char* ahead = reinterpret_cast<const char*>(x + i) + kReadAheadBytes;
-    for (size_t b = 0; b < block * sizeof(float); b += 64) hwy::Prefetch(ahead + b);
-    tree.Add(d, src, i);
-  }
-  return tree.Finish(d, src, i, n);
+  return SpanMomentsAhead<true>(d, F32Source{x}, 0, n, kReadAheadBytes);
 }
 
 float ChannelSpanMaxAbs(const float* x, size_t n) {

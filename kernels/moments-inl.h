@@ -298,6 +298,21 @@ Moments SpanMoments(D d, const Src& src, size_t begin, size_t n) {
   return tree.Finish(d, src, i, begin + n);
 }
 
+// The same, asking for the cache lines `ahead` bytes past each block as it goes (see
+// kReadAheadBytes in sources-inl.h): for spans that come from the outer caches or
+// memory. The same operations, so the same bits.
+template <bool kCenter, class D, class Src>
+Moments SpanMomentsAhead(D d, const Src& src, size_t begin, size_t n, size_t ahead) {
+  BlockTree<kCenter, D> tree;
+  const size_t block = BlockElements(d);
+  size_t i = begin;
+  for (; i + block <= begin + n; i += block) {
+    for (size_t k = 0; k < block; k += 64 / sizeof(float)) src.Prefetch(i + k, ahead);
+    tree.Add(d, src, i);
+  }
+  return tree.Finish(d, src, i, begin + n);
+}
+
 // max |x| over src's elements [begin, begin + n); NaN if any element is NaN.
 template <class D, class Src>
 float SpanMaxAbs(D d, const Src& src, size_t begin, size_t n) {

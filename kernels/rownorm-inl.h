@@ -212,7 +212,9 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
     Moments first;
     if (cols <= kChunk) {  // one chunk: straight to the span's moments
       if (store_sum) StoreSum(job, r, 0, cols);
-      first = SpanMoments<kCenter>(d, src, 0, cols);
+      // Streamed rows were asked for during the previous row's stores.
+      first = job.stream ? SpanMoments<kCenter>(d, src, 0, cols)
+                         : SpanMomentsAhead<kCenter>(d, src, 0, cols, kCacheAheadBytes);
     } else {
       first = MergePairwise(0, NumChunks(cols), [&](size_t k) {
         const size_t c0 = k * kChunk;
