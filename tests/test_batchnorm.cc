@@ -96,6 +96,33 @@ TEST_P(BatchNorm, LargeTensorsStream) {
   BnCase narrow;
   narrow.n = 8, narrow.c = 3, narrow.spatial = 174763, narrow.layout = NK_LAYOUT_NHWC;
   ASSERT_EQ(RunAndCheckBn(narrow), 0);
+  // NCHW streamed in memory order across plane boundaries that fall inside vectors:
+  // planes of 196 (short) and 3137 elements, planes shorter than a vector (7), a
+  // misaligned y, in place; the same bits for 1 and 3 threads.
+  struct Shape {
+    size_t n, c, spatial, misalign;
+    bool in_place;
+  };
+  for (const Shape& s : {Shape{168, 256, 196, 1, false}, Shape{42, 64, 3137, 0, true},
+                         Shape{18750, 64, 7, 3, false}}) {
+    for (bool training : {true, false}) {
+      BnCase k;
+      k.n = s.n, k.c = s.c, k.spatial = s.spatial, k.misalign = s.misalign;
+      k.in_place = s.in_place, k.training = training;
+      std::vector<BnRun> runs;
+      for (int threads : {1, 3}) {
+        if (!training && threads == 3) break;
+        ASSERT_EQ(nk_set_num_threads(threads), NK_OK);
+        runs.push_back(RunBn(k));
+        ASSERT_EQ(runs.back().status, NK_OK) << nk_last_error();
+      }
+      ASSERT_EQ(CheckBn(k, runs[0]), 0);
+      for (size_t t = 1; t < runs.size(); ++t) {
+        SCOPED_TRACE(k.Describe() + " 3 threads");
+        EXPECT_TRUE(SameBits(runs[t].y, runs[0].y));
+      }
+    }
+  }
 }
 
 // 1e4 + N(0, 1) per channel, and a channel that is a sorted ramp over 100003 values.
