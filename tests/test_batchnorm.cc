@@ -96,15 +96,14 @@ TEST_P(BatchNorm, LargeTensorsStream) {
   BnCase narrow;
   narrow.n = 8, narrow.c = 3, narrow.spatial = 174763, narrow.layout = NK_LAYOUT_NHWC;
   ASSERT_EQ(RunAndCheckBn(narrow), 0);
-  // NCHW streamed in memory order across plane boundaries that fall inside vectors:
-  // planes of 196 (short) and 3137 elements, planes shorter than a vector (7), a
-  // misaligned y, in place; the same bits for 1 and 3 threads.
+  // NCHW planes whose boundaries fall inside vectors (196, short planes) or that are
+  // shorter than a vector (7), a misaligned y, in place; the same bits for 1 and 3
+  // threads.
   struct Shape {
     size_t n, c, spatial, misalign;
     bool in_place;
   };
-  for (const Shape& s : {Shape{168, 256, 196, 1, false}, Shape{42, 64, 3137, 0, true},
-                         Shape{18750, 64, 7, 3, false}}) {
+  for (const Shape& s : {Shape{168, 256, 196, 1, false}, Shape{18750, 64, 7, 3, true}}) {
     for (bool training : {true, false}) {
       BnCase k;
       k.n = s.n, k.c = s.c, k.spatial = s.spatial, k.misalign = s.misalign;
