@@ -31,8 +31,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // The statistics pass reads x from memory with nothing else in flight (the apply
 // pass overlaps reads and writes) and asks for its lines kReadAheadBytes ahead. (The
-// spans of 32x64x56x56 took 50% longer without; NHWC column blocks asking two blocks
-// ahead, 32 KiB for c = 256, 30% longer.)
+// spans of 32x64x56x56 took 55-70% longer without; NHWC column blocks asking two
+// blocks ahead, 32 KiB for c = 256, 10-22% longer.)
 Moments ChannelSpanMoments(const float* x, size_t n, float scale) {
   const hn::ScalableTag<float> d;
   if (scale != 1.0f) {
@@ -115,8 +115,7 @@ void ShortPlaneMoments(const float* x, size_t n, size_t c, size_t spatial, size_
   for (size_t ni = 0; ni < n; ++ni) {
     for (size_t k = 0; k < width; ++k) {
       const float* p = x + (ni * c + c0 + k) * spatial;
-      const char* ahead = reinterpret_cast<const char*>(p) + kReadAheadBytes;
-      for (size_t b = 0; b < spatial * sizeof(float); b += 64) hwy::Prefetch(ahead + b);
+      PrefetchAhead(F32Source{p}, 0, spatial, kReadAheadBytes);
       if (nvec != 0) {
         hn::Vec<decltype(d)> mean, m2;
         BlockMomentsOf<true>(
@@ -172,11 +171,9 @@ void ColumnMomentsTree(const float* x, size_t rows, size_t c, float* scratch,
   float* level_mean = scratch;
   float* level_m2 = scratch + levels * c;
   const size_t blocks = rows / K;
-  const size_t block_bytes = K * c * sizeof(float);
   for (size_t b = 0; b < blocks; ++b) {
     const float* xb = x + b * K * c;
-    const char* ahead = reinterpret_cast<const char*>(xb) + kReadAheadBytes;
-    for (size_t i = 0; i < block_bytes; i += 64) hwy::Prefetch(ahead + i);
+    PrefetchAhead(F32Source{xb}, 0, K * c, kReadAheadBytes);
     ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
       hn::Vec<decltype(d)> mean, m2;
       FullBlockMomentsOf<true, K>(
@@ -289,8 +286,8 @@ HWY_INLINE void AffineColumns(const float* x, size_t rows, size_t c,
     // parameter arrays (loads held behind stores to the same address modulo 4 KiB);
     // blocks of 32 rows keep the reads of x close to sequential. Each element asks for
     // the one a block below it: with the subtract of training before the FMA, loads
-    // waiting on memory fill the FP scheduler and fewer of them are in flight (8-10%
-    // slower on 256x256x14x14 without the read-ahead).
+    // waiting on memory fill the FP scheduler and fewer of them are in flight (training
+    // of 256x256x14x14 0-10% faster with the read-ahead, in three A/B runs).
     constexpr size_t kRowBlock = 32;
     using V = hn::Vec<decltype(d)>;
     struct Params {

@@ -307,7 +307,7 @@ Moments SpanMomentsAhead(D d, const Src& src, size_t begin, size_t n, size_t ahe
   const size_t block = BlockElements(d);
   size_t i = begin;
   for (; i + block <= begin + n; i += block) {
-    for (size_t k = 0; k < block; k += 64 / sizeof(float)) src.Prefetch(i + k, ahead);
+    PrefetchAhead(src, i, block, ahead);
     tree.Add(d, src, i);
   }
   return tree.Finish(d, src, i, begin + n);

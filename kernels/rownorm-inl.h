@@ -287,9 +287,7 @@ void PipelinedRowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1
     size_t b = 0;  // next row's block
     while (i + N <= cols) {
       if (has_next && b < full) {
-        for (size_t k = 0; k < block; k += 64 / sizeof(float)) {
-          next.Prefetch(b + k, kReadAheadBytes);
-        }
+        PrefetchAhead(next, b, block, kReadAheadBytes);
         tree.Add(d, next, b);
         b += block;
       }

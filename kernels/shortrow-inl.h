@@ -86,11 +86,7 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
   HWY_UNROLL(16)
   for (size_t i = 0; i < kRows; ++i) {
     const Src src = src0.At((r + i) * cols);
-    if (job.stream) {  // from memory: see kReadAheadBytes
-      for (size_t e = 0; e < kVecs * N; e += 64 / sizeof(float)) {
-        src.Prefetch(e, kReadAheadBytes);
-      }
-    }
+    if (job.stream) PrefetchAhead(src, 0, kVecs * N, kReadAheadBytes);  // from memory
     HWY_UNROLL(16)
     for (size_t k = 0; k < kVecs; ++k) v[i][k] = src.Load(d, k * N);
   }

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <initializer_list>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "batchnorm_case.h"
@@ -19,6 +21,25 @@ constexpr nk_layout kLayouts[] = {NK_LAYOUT_NCHW, NK_LAYOUT_NHWC};
 
 // The grid: c in {1, 3, 17, 64}, spatial in {1, 7x7, 111, 56x56},
 // n in {1, 2, 8}, both layouts, training and inference.
+// Runs k with each thread count, checks the first run against the reference and
+// expects the same bits from the others.
+void ExpectSameBitsForThreadCounts(const BnCase& k, std::initializer_list<int> counts) {
+  std::vector<BnRun> runs;
+  for (int threads : counts) {
+    ASSERT_EQ(nk_set_num_threads(threads), NK_OK);
+    runs.push_back(RunBn(k));
+    ASSERT_EQ(runs.back().status, NK_OK) << nk_last_error();
+  }
+  ASSERT_EQ(CheckBn(k, runs[0]), 0);
+  for (size_t t = 1; t < runs.size(); ++t) {
+    SCOPED_TRACE(k.Describe() + " run " + std::to_string(t + 1));
+    EXPECT_TRUE(SameBits(runs[t].y, runs[0].y));
+    EXPECT_TRUE(SameBits(runs[t].save_mean, runs[0].save_mean));
+    EXPECT_TRUE(SameBits(runs[t].save_rstd, runs[0].save_rstd));
+    EXPECT_TRUE(SameBits(runs[t].running_var, runs[0].running_var));
+  }
+}
+
 TEST_P(BatchNorm, ShapeGrid) {
   for (size_t c : {1, 3, 17, 64}) {
     for (size_t spatial : {1, 49, 111, 3136}) {
@@ -108,17 +129,10 @@ TEST_P(BatchNorm, LargeTensorsStream) {
       BnCase k;
       k.n = s.n, k.c = s.c, k.spatial = s.spatial, k.misalign = s.misalign;
       k.in_place = s.in_place, k.training = training;
-      std::vector<BnRun> runs;
-      for (int threads : {1, 3}) {
-        if (!training && threads == 3) break;
-        ASSERT_EQ(nk_set_num_threads(threads), NK_OK);
-        runs.push_back(RunBn(k));
-        ASSERT_EQ(runs.back().status, NK_OK) << nk_last_error();
-      }
-      ASSERT_EQ(CheckBn(k, runs[0]), 0);
-      for (size_t t = 1; t < runs.size(); ++t) {
-        SCOPED_TRACE(k.Describe() + " 3 threads");
-        EXPECT_TRUE(SameBits(runs[t].y, runs[0].y));
+      if (training) {
+        ExpectSameBitsForThreadCounts(k, {1, 3});
+      } else {
+        ExpectSameBitsForThreadCounts(k, {1});
       }
     }
   }
@@ -260,20 +274,7 @@ TEST_P(BatchNorm, ThreadCountDoesNotChangeBits) {
       BnCase k;
       k.n = s.n, k.c = s.c, k.spatial = s.spatial, k.layout = s.layout;
       k.training = training;
-      std::vector<BnRun> runs;
-      for (int threads : {1, 2, 3}) {
-        ASSERT_EQ(nk_set_num_threads(threads), NK_OK);
-        runs.push_back(RunBn(k));
-        ASSERT_EQ(runs.back().status, NK_OK) << nk_last_error();
-      }
-      ASSERT_EQ(CheckBn(k, runs[0]), 0);
-      for (size_t t = 1; t < runs.size(); ++t) {
-        SCOPED_TRACE(k.Describe() + " threads " + std::to_string(t + 1));
-        EXPECT_TRUE(SameBits(runs[t].y, runs[0].y));
-        EXPECT_TRUE(SameBits(runs[t].save_mean, runs[0].save_mean));
-        EXPECT_TRUE(SameBits(runs[t].save_rstd, runs[0].save_rstd));
-        EXPECT_TRUE(SameBits(runs[t].running_var, runs[0].running_var));
-      }
+      ExpectSameBitsForThreadCounts(k, {1, 2, 3});
     }
   }
 }
