@@ -188,6 +188,38 @@ TEST_P(LayerNormTest, SortedRamp) {
   }
 }
 
+// Cached rows are normalized in groups sharing gamma / beta loads: groups and the rows
+// left after them, column tails, a misaligned or in-place y, without gamma / beta, and
+// a group holding a rescaled (1e30), a NaN, a constant and an ill-conditioned row.
+TEST_P(LayerNormTest, RowGroups) {
+  for (Op op : kAllOps) {
+    for (size_t cols : {1, 5, 16, 17, 67, 333, 1024}) {
+      for (size_t rows : {4, 7, 9}) {
+        for (int variant = 0; variant < 3; ++variant) {
+          Case c;
+          c.op = op;
+          c.rows = rows;
+          c.cols = cols;
+          c.misalign = variant == 1 ? 3 : 0;
+          c.gamma = c.beta = variant != 2;
+          if (variant == 2) c.alias = Alias::kYIsX;
+          c.fill = [&](Buffer& x, Buffer& r) {
+            FillNormal(x, Seed(cols * 31 + rows), 0.0f, 1.0f);
+            for (size_t i = 0; i < cols; ++i) {
+              x[1 * cols + i] *= 1e30f;
+              x[2 * cols + i] = 2.5f;
+              x[3 * cols + i] = 1e4f + x[3 * cols + i];
+            }
+            if (rows > 5) x[5 * cols + cols / 2] = NAN;
+            r.Fill(0.0f);
+          };
+          ASSERT_GE(CheckCase(c), 0);
+        }
+      }
+    }
+  }
+}
+
 // Rows whose squares overflow fp32 take the rescaled path and stay finite.
 TEST_P(LayerNormTest, HugeValues) {
   for (Op op : kAllOps) {
