@@ -2,9 +2,9 @@
 // registers, kRows rows at a time so that their reductions overlap. Small rows spend
 // their time in horizontal reductions, sqrt/div and loop overhead, not in memory.
 //
-// Statistics take two passes over the registers: the sum taken relative to the row's
-// first element (a constant row gets exactly its value as mean), then the squared
-// deviations from the mean; the deviations are kept for normalization. A row
+// Statistics take two passes over the registers: a pairwise sum (a constant row gets
+// exactly its value as mean), then the squared deviations from the mean; the
+// deviations are kept for normalization. A row
 // whose statistics are not finite is finished by the general path.
 #if defined(NK_KERNELS_SHORTROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef NK_KERNELS_SHORTROW_INL_H_
@@ -42,6 +42,18 @@ HWY_ALIGN constexpr float kOnes[256] = {
 HWY_ALIGN constexpr float kZeros[256] = {};
 static_assert(kMaxShortVectors * hn::MaxLanes(hn::ScalableTag<float>()) <= 256,
               "kOnes / kZeros must cover the longest short row");
+
+// The sum of t[0] .. t[n - 1] (n a power of two) as a pairwise tree; overwrites t.
+template <size_t n, class V>
+HWY_INLINE V PairwiseSum(V (&t)[n]) {
+  static_assert((n & (n - 1)) == 0, "a power of two");
+  HWY_UNROLL(16)
+  for (size_t w = n / 2; w != 0; w /= 2) {
+    HWY_UNROLL(16)
+    for (size_t k = 0; k < w; ++k) t[k] = hn::Add(t[2 * k], t[2 * k + 1]);
+  }
+  return t[0];
+}
 
 // y of rows [r, r + kRows) from their deviations v (RMSNorm: values) and rstd;
 // rows whose bit is set in `skip` are not written.
@@ -103,24 +115,26 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
   HWY_UNROLL(16)
   for (size_t i = 0; i < kRows; ++i) {
     if (kCenter) {
-      const V x0 = hn::Set(d, hn::GetLane(v[i][0]));
-      V s = hn::Zero(d);
+      // cols is a power of two here, so the pairwise sum of a constant row and its
+      // scaling by 1 / cols are exact: no shift by the first element is needed.
+      V t[kVecs];
       HWY_UNROLL(16)
-      for (size_t k = 0; k < kVecs; ++k) s = hn::Add(s, hn::Sub(v[i][k], x0));
-      mean[i] = hn::MulAdd(hn::SumOfLanes(d, s), inv_n, x0);
+      for (size_t k = 0; k < kVecs; ++k) t[k] = v[i][k];
+      mean[i] = hn::Mul(hn::SumOfLanes(d, PairwiseSum(t)), inv_n);
       HWY_UNROLL(16)
       for (size_t k = 0; k < kVecs; ++k) v[i][k] = hn::Sub(v[i][k], mean[i]);
     } else {
       mean[i] = hn::Zero(d);
     }
-    V q0 = hn::Zero(d), q1 = hn::Zero(d);
+    constexpr size_t kChains = kVecs < 4 ? kVecs : 4;  // squares: short FMA chains
+    V q[kChains];
+    HWY_UNROLL(4)
+    for (size_t k = 0; k < kChains; ++k) q[k] = hn::Mul(v[i][k], v[i][k]);
     HWY_UNROLL(16)
-    for (size_t k = 0; k + 1 < kVecs; k += 2) {
-      q0 = hn::MulAdd(v[i][k], v[i][k], q0);
-      q1 = hn::MulAdd(v[i][k + 1], v[i][k + 1], q1);
+    for (size_t k = kChains; k < kVecs; ++k) {
+      q[k % kChains] = hn::MulAdd(v[i][k], v[i][k], q[k % kChains]);
     }
-    if (kVecs % 2) q0 = hn::MulAdd(v[i][kVecs - 1], v[i][kVecs - 1], q0);
-    m2[i] = hn::SumOfLanes(d, hn::Add(q0, q1));
+    m2[i] = hn::SumOfLanes(d, PairwiseSum(q));
     rstd[i] = hn::Div(hn::Set(d, 1.0f), hn::Sqrt(hn::MulAdd(m2[i], inv_n, eps)));
   }
   uint32_t bad = 0;
