@@ -112,16 +112,20 @@ float* Tensor(int slot, size_t n) {
 
 namespace {
 
+// gamma / beta aligned to 64 bytes, as framework allocators give them (PyTorch's CPU
+// allocator aligns to 64); oneDNN and these kernels read the same ones.
 const float* Param(int which, size_t n) {
-  static std::map<std::pair<int, size_t>, std::vector<float>> params;
-  std::vector<float>& v = params[{which, n}];
-  if (v.empty()) {
-    v.resize(n);
+  static std::map<std::pair<int, size_t>, float*> params;
+  float*& p = params[{which, n}];
+  if (p == nullptr) {
+    void* raw = nullptr;
+    if (posix_memalign(&raw, 64, std::max<size_t>(n, 1) * sizeof(float))) std::abort();
+    p = static_cast<float*>(raw);
     for (size_t i = 0; i < n; ++i) {
-      v[i] = which == 0 ? 1.0f + (i % 7) * 0.01f : (i % 5) * 0.1f;
+      p[i] = which == 0 ? 1.0f + (i % 7) * 0.01f : (i % 5) * 0.1f;
     }
   }
-  return v.data();
+  return p;
 }
 
 }  // namespace

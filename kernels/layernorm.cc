@@ -4,6 +4,8 @@
 
 #include <omp.h>
 
+#include <stdint.h>
+
 #include <algorithm>
 #include <new>
 #include <vector>
@@ -61,10 +63,48 @@ nk_status RunChunked(const RowNormKernels& k, const RowNormJob& job, int threads
   return NK_OK;
 }
 
+// gamma and beta are loaded again for every row (or group of rows). When a caller's are
+// not aligned to a cache line (malloc and NumPy give 16 bytes), each vector load of them
+// spans two lines: LayerNorm of 4 MiB, 256 columns, 1 thread, A/B in one process: 0.63x
+// of a copy instead of 0.77x; 64 MiB, 1024 columns: 14% slower. Calls with enough rows
+// to repay the copy (rows of up to kChunk columns) normalize with aligned copies kept
+// by the calling thread.
+constexpr size_t kParamAlign = 64;
+constexpr size_t kCopyParamsMinRows = 16;
+
+bool Misaligned(const float* p) {
+  return p != nullptr && reinterpret_cast<uintptr_t>(p) % kParamAlign != 0;
+}
+
+void AlignParams(RowNormJob& job) {
+  if (job.rows < kCopyParamsMinRows || job.cols > kChunk) return;
+  if (!Misaligned(job.gamma) && !Misaligned(job.beta)) return;
+  constexpr size_t kPad = kParamAlign / sizeof(float);
+  const size_t stride = (job.cols + kPad - 1) / kPad * kPad;
+  thread_local std::vector<float> buffer;
+  try {
+    if (buffer.size() < 2 * stride + kPad) buffer.resize(2 * stride + kPad);
+  } catch (const std::bad_alloc&) {
+    return;  // only slower
+  }
+  float* base = buffer.data();
+  base += (kParamAlign - reinterpret_cast<uintptr_t>(base) % kParamAlign) % kParamAlign /
+          sizeof(float);
+  if (job.gamma != nullptr) {
+    std::copy(job.gamma, job.gamma + job.cols, base);
+    job.gamma = base;
+  }
+  if (job.beta != nullptr) {
+    std::copy(job.beta, job.beta + job.cols, base + stride);
+    job.beta = base + stride;
+  }
+}
+
 }  // namespace
 
 nk_status RunRowNorm(RowNormJob job) {
   const RowNormKernels& k = RowNormKernelsFor(CurrentTarget());
+  AlignParams(job);
   const size_t elements = job.rows * job.cols;
   job.stream = elements * sizeof(float) >= kStreamBytes;
   const int threads = ThreadsFor(elements);

@@ -194,7 +194,7 @@ TEST_P(LayerNormTest, SortedRamp) {
 TEST_P(LayerNormTest, RowGroups) {
   for (Op op : kAllOps) {
     for (size_t cols : {1, 5, 16, 17, 67, 333, 1024}) {
-      for (size_t rows : {4, 7, 9}) {
+      for (size_t rows : {4, 7, 9, 17}) {
         for (int variant = 0; variant < 3; ++variant) {
           Case c;
           c.op = op;
@@ -215,6 +215,44 @@ TEST_P(LayerNormTest, RowGroups) {
           };
           ASSERT_GE(CheckCase(c), 0);
         }
+      }
+    }
+  }
+}
+
+// gamma / beta not aligned to a cache line are copied to aligned memory for calls with
+// many rows: the same bits as with aligned ones, gamma or beta alone, and rows too long
+// to be copied.
+TEST_P(LayerNormTest, MisalignedParamsGiveTheSameBits) {
+  for (Op op : kAllOps) {
+    for (size_t cols : {1, 17, 256, 1000, 16384, 16385}) {
+      const size_t rows = cols > 1000 ? 16 : 33;
+      const size_t n = rows * cols;
+      const bool fused = Fused(op);
+      Buffer x(n), res(n), gamma(cols), beta(cols), gamma_off(cols, 3), beta_off(cols, 5);
+      FillNormal(x, Seed(cols));
+      FillNormal(res, Seed(cols + 1), 0.0f, 0.5f);
+      FillNormal(gamma, Seed(cols + 2), 1.0f, 0.25f);
+      FillNormal(beta, Seed(cols + 3), 0.0f, 0.5f);
+      gamma_off.CopyFrom(gamma);
+      beta_off.CopyFrom(beta);
+      for (int which = 0; which < 3; ++which) {  // both, gamma only, beta only
+        const bool has_gamma = which != 2, has_beta = which != 1;
+        Buffer y(n), y_off(n), sum(n), sum_off(n), mean(rows), mean_off(rows), rstd(rows),
+            rstd_off(rows);
+        const auto call = [&](const float* g, const float* b, Buffer& s, Buffer& out,
+                              Buffer& m, Buffer& r) {
+          return CallOp(op, rows, cols, x.data(), fused ? res.data() : nullptr,
+                        has_gamma ? g : nullptr, has_beta ? b : nullptr, 1e-5f,
+                        fused ? s.data() : nullptr, out.data(), m.data(), r.data());
+        };
+        ASSERT_EQ(call(gamma.data(), beta.data(), sum, y, mean, rstd), NK_OK);
+        ASSERT_EQ(call(gamma_off.data(), beta_off.data(), sum_off, y_off, mean_off,
+                       rstd_off), NK_OK);
+        SCOPED_TRACE(std::string(OpName(op)) + " cols=" + std::to_string(cols) +
+                     " which=" + std::to_string(which));
+        ASSERT_EQ(std::memcmp(y.data(), y_off.data(), n * sizeof(float)), 0);
+        ASSERT_EQ(std::memcmp(rstd.data(), rstd_off.data(), rows * sizeof(float)), 0);
       }
     }
   }
