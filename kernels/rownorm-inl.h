@@ -175,40 +175,72 @@ HWY_INLINE void NormalizeRow(const RowNormJob& job, const Src& src, const SetSta
   }
 }
 
-// Rows normalized together: in a cached tensor, loading gamma and beta for each row
-// costs as much as the row's own arithmetic (LayerNorm of 4 MiB, 768 and 1024
-// columns, 1 thread: 0.46-0.54x of a copy one row at a time, 0.63-0.68x four at a
-// time). Eight rows did worse (their x no longer stays in L1).
+// Rows normalized together: loading gamma and beta for each row costs as much as the
+// row's own arithmetic (LayerNorm of 4 MiB, 768 and 1024 columns, 1 thread: 0.46-0.54x
+// of a copy one row at a time, 0.63-0.68x four at a time). Eight rows did worse (their
+// x no longer stays in L1).
 constexpr size_t kGroupRows = 4;
 
 // y of kGroupRows rows (at a stride of `cols`) from their sources and statistics
 // (scale 1): each gamma / beta vector is loaded once for all of them. The same
 // operations per element as NormalizeSpan, so the same bits.
+//
+// With `stream` (outputs far larger than the cache; y and cols vector-aligned), y is
+// written with non-temporal stores while the next group's rows (up to row next_end) of
+// x (and residual) are asked for, a line of each row per column: memory reads the next
+// group while this one is written, as in a copy, and the next group's statistics find it
+// in the cache. LayerNorm of 64 MiB, 768-8192 columns, 1 thread, in the benchmark:
+// 0.68-0.82x of a copy, where taking the next row's statistics block by block between
+// the stores of this one gave 0.49-0.61x (asking for one line in four: 0.52-0.76x;
+// without the statistics' own read-ahead: 0.40-0.48x).
 template <bool kCenter, bool kGamma, bool kBeta, class Src>
-HWY_INLINE void NormalizeGroup(const Src (&src)[kGroupRows], const float* HWY_RESTRICT gamma,
-                               const float* HWY_RESTRICT beta,
-                               const SetStats (&st)[kGroupRows], size_t cols, float* y) {
+HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRows],
+                               const SetStats (&st)[kGroupRows], size_t r, bool stream,
+                               size_t next_end) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
+  const size_t cols = job.cols;
+  const float* HWY_RESTRICT gamma = job.gamma;
+  const float* HWY_RESTRICT beta = job.beta;
+  float* y = job.y + r * cols;
+  // The next group, as elements of x from row r + kGroupRows on.
+  const size_t next = (r + kGroupRows) * cols;
+  const size_t ahead = next_end * cols > next ? next_end * cols - next : 0;
   V mean[kGroupRows], rstd[kGroupRows];
   for (size_t k = 0; k < kGroupRows; ++k) {
     mean[k] = hn::Set(d, st[k].mean);
     rstd[k] = hn::Set(d, st[k].rstd);
   }
-  size_t i = 0;
-  for (; i + N <= cols; i += N) {
-    if ((i / N) % 4 == 0) {  // as NormalizeSpan: each row's y line, every four vectors
-      for (size_t k = 0; k < kGroupRows; ++k) {
-        hwy::Prefetch(reinterpret_cast<const char*>(y + k * cols + i) + kWriteAheadBytes);
-      }
-    }
+  const auto vector = [&](size_t i, auto store) HWY_ATTR {
     const V g = kGamma ? hn::LoadU(d, gamma + i) : hn::Zero(d);
     const V b = kBeta ? hn::LoadU(d, beta + i) : hn::Zero(d);
     HWY_UNROLL(4)
     for (size_t k = 0; k < kGroupRows; ++k) {
-      hn::StoreU(Affine<kCenter, kGamma, kBeta>(src[k].Load(d, i), mean[k], rstd[k], g, b),
-                 d, y + k * cols + i);
+      store(Affine<kCenter, kGamma, kBeta>(src[k].Load(d, i), mean[k], rstd[k], g, b),
+            y + k * cols + i);
+    }
+  };
+  size_t i = 0;
+  if (stream) {
+    for (; i + N <= cols; i += N) {
+      for (size_t k = 0; k < kGroupRows; ++k) {  // the same column of the next rows
+        const size_t e = k * cols + i;           // elements past `next`
+        if (e < ahead) {
+          hwy::Prefetch(job.x + next + e);
+          if (job.residual != nullptr) hwy::Prefetch(job.residual + next + e);
+        }
+      }
+      vector(i, [&](V v, float* p) HWY_ATTR { hn::Stream(v, d, p); });
+    }
+  } else {
+    for (; i + N <= cols; i += N) {
+      if ((i / N) % 4 == 0) {  // as NormalizeSpan: each row's y line, every four vectors
+        for (size_t k = 0; k < kGroupRows; ++k) {
+          hwy::Prefetch(reinterpret_cast<const char*>(y + k * cols + i) + kWriteAheadBytes);
+        }
+      }
+      vector(i, [&](V v, float* p) HWY_ATTR { hn::StoreU(v, d, p); });
     }
   }
   for (size_t k = 0; k < kGroupRows; ++k) {
@@ -285,8 +317,13 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
     if (job.mean != nullptr) job.mean[r] = st.mean_out;
     if (job.rstd != nullptr) job.rstd[r] = st.rstd_out;
   };
+  const size_t ahead = job.stream ? kReadAheadBytes : kCacheAheadBytes;
+  // Non-temporal stores where every row of y is vector-aligned.
+  const size_t vector_bytes = hn::Lanes(d) * sizeof(float);
+  const bool stream = job.stream && reinterpret_cast<uintptr_t>(job.y) % vector_bytes == 0 &&
+                      cols * sizeof(float) % vector_bytes == 0;
   size_t r = r0;
-  if (!job.stream && cols <= kChunk) {  // rows in the cache: kGroupRows at a time
+  if (cols <= kChunk) {  // kGroupRows at a time
     for (; r + kGroupRows <= r1; r += kGroupRows) {
       Src src[kGroupRows];
       Moments m[kGroupRows];
@@ -297,7 +334,7 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
       for (size_t k = 0; k < kGroupRows; ++k) {
         src[k] = src0.At((r + k) * cols);
         if (store_sum) StoreSum(job, r + k, 0, cols);
-        m[k] = SpanMomentsAhead<kCenter>(d, src[k], 0, cols, kCacheAheadBytes);
+        m[k] = SpanMomentsAhead<kCenter>(d, src[k], 0, cols, ahead);
         st[k] = FinalizeSet(m[k], 1.0f, job.eps);
         finite &= std::isfinite(m[k].mean) & std::isfinite(m[k].m2);
       }
@@ -312,8 +349,8 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
         scaled |= st[k].scale != 1.0f;
       }
       if (HWY_LIKELY(!scaled)) {
-        NormalizeGroup<kCenter, kGamma, kBeta>(src, job.gamma, job.beta, st, cols,
-                                               job.y + r * cols);
+        NormalizeGroup<kCenter, kGamma, kBeta>(job, src, st, r, stream,
+                                               HWY_MIN(r + 2 * kGroupRows, r1));
         continue;
       }
       for (size_t k = 0; k < kGroupRows; ++k) {
@@ -341,77 +378,6 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
     NormalizeRow<kCenter, kGamma, kBeta>(job, src, st, 0, cols, job.y + r * cols,
                                          r + 1 < r1 ? job.x + (r + 1) * cols : nullptr);
     store_stats(r, st);
-  }
-}
-
-// LayerNorm rows [r0, r1) of at most kChunk columns, streamed: y of row r is written
-// with the next row's statistics taken block by block between its stores, so memory
-// sees reads and writes finely interleaved, as in a copy (a row's reads, then its
-// writes, in runs of 4 KiB or more ran at the speed of reads plus writes), and each
-// block asks for its lines kReadAheadBytes ahead. Measured at 64 MiB, 1 thread:
-// 0.36-0.48x of a copy before, 0.59-0.60x after, for 1024 and 4096 columns. RMSNorm's
-// statistics are cheap enough that it gained nothing, so it keeps RowsT. The
-// statistics are SpanMoments' to the bit.
-template <bool kCenter, bool kGamma, bool kBeta, class Src>
-void PipelinedRowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
-  const hn::ScalableTag<float> d;
-  const hn::CappedTag<float, 1> d1;
-  const size_t N = hn::Lanes(d);
-  const size_t cols = job.cols;
-  const size_t block = BlockElements(d);
-  const size_t full = cols / block * block;  // elements in whole blocks
-  const auto row_moments = [&](const Src& src) HWY_ATTR {  // a row on its own
-    return SpanMomentsAhead<kCenter>(d, src, 0, cols, kReadAheadBytes);
-  };
-  BlockTree<kCenter, decltype(d)> tree;  // the next row's, between the stores
-  Moments first = row_moments(src0.At(r0 * cols));
-  for (size_t r = r0; r < r1; ++r) {
-    const Src src = src0.At(r * cols);
-    const SetStats st = RowStatistics(
-        cols, job.eps, first,
-        [&](size_t c0, size_t n, float scale, bool first_pass) {
-          return ChunkMomentsT<kCenter>(job, r, c0, n, scale, first_pass);
-        },
-        [&](size_t c0, size_t n) { return RowMaxAbs(job, r, c0, n); });
-    if (job.mean != nullptr) job.mean[r] = st.mean_out;
-    if (job.rstd != nullptr) job.rstd[r] = st.rstd_out;
-    float* y = job.y + r * cols;
-    const bool has_next = r + 1 < r1;
-    const Src next = src0.At((r + 1) * cols);
-    if (HWY_UNLIKELY(st.scale != 1.0f)) {  // the rescaled slow path, unpipelined
-      NormalizeRow<kCenter, kGamma, kBeta>(job, src, st, 0, cols, y);
-      if (has_next) first = row_moments(next);
-      continue;
-    }
-    const Normalized<kCenter, kGamma, kBeta, Src> value{src, job.gamma, job.beta,
-                                                        st.mean, st.rstd};
-    const bool stream =
-        job.stream && reinterpret_cast<uintptr_t>(y) % sizeof(float) == 0;
-    const auto store = [&](size_t i) HWY_ATTR {
-      stream ? hn::Stream(value(d, i), d, y + i) : hn::StoreU(value(d, i), d, y + i);
-    };
-    size_t i = 0;
-    if (stream) {  // peel to a vector-aligned y
-      for (; i < cols && reinterpret_cast<uintptr_t>(y + i) % (N * sizeof(float)) != 0;
-           ++i) {
-        hn::StoreU(value(d1, i), d1, y + i);
-      }
-    }
-    size_t b = 0;  // next row's block
-    while (i + N <= cols) {
-      if (has_next && b < full) {
-        PrefetchAhead(next, b, block, kReadAheadBytes);
-        tree.Add(d, next, b);
-        b += block;
-      }
-      const size_t stop = HWY_MIN(i + block, cols - (cols - i) % N);
-      for (; i < stop; i += N) store(i);
-    }
-    for (; i < cols; ++i) hn::StoreU(value(d1, i), d1, y + i);
-    if (has_next) {
-      for (; b < full; b += block) tree.Add(d, next, b);
-      first = tree.Finish(d, next, full, cols);
-    }
   }
 }
 
@@ -480,14 +446,8 @@ void Rows(const RowNormJob& job, size_t r0, size_t r1) {
   if (!done) {
     VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
       WithRowSource(job, 0, [&](const auto& src) HWY_ATTR {
-        constexpr bool kC = decltype(center)::value, kG = decltype(gamma)::value,
-                       kB = decltype(beta)::value;
-        const bool store_sum = job.residual != nullptr && job.sum != nullptr;
-        if (kC && job.stream && !store_sum && job.cols <= kChunk) {
-          PipelinedRowsT<kC, kG, kB>(job, src, r0, r1);
-        } else {
-          RowsT<kC, kG, kB>(job, src, r0, r1);
-        }
+        RowsT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
+            job, src, r0, r1);
       });
     });
   }

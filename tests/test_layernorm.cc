@@ -279,49 +279,53 @@ TEST_P(LayerNormTest, HugeValues) {
   }
 }
 
-// Tensors of 32 MiB and more stream y and, for LayerNorm, take the next row's
-// statistics between the stores of the row before: a misaligned y (peeled), whole
-// blocks and a tail, rows that are NaN, constant, huge (the rescaled path in the middle
-// of the pipeline) or ill-conditioned, in place, and the same bits for 1, 2, 3 threads.
+// Tensors of 32 MiB and more stream y (non-temporal stores where the rows of y are
+// vector-aligned) while the next group of rows is fetched: rows of 1027 columns (regular
+// stores, a misaligned y) and of 1024 (non-temporal), rows that are NaN, constant, huge
+// (the rescaled path inside a group) or ill-conditioned, in place, rows held in
+// registers, and the same bits for 1, 2, 3 threads.
 TEST_P(LayerNormTest, LargeTensorsStream) {
-  constexpr size_t kRows = 8200, kCols = 1027;  // 8.4 M elements, 33.7 MB
-  // Runs of kCols elements: rows 5-7 and a middle one of the kCols-wide tensor, and
-  // bands of several rows in the 64-column one.
-  const auto fill = [](Buffer& x, Buffer& r) {
-    for (size_t i = 0; i < kCols; ++i) {
-      x[5 * kCols + i] = i == 9 ? NAN : x[5 * kCols + i];
-      x[6 * kCols + i] = 2.5f;
-      x[7 * kCols + i] *= 1e30f;
-      x[kRows / 2 * kCols + i] += 1e4f;
-      r[6 * kCols + i] = 0.0f;
-    }
+  constexpr size_t kRows = 8200;  // x 1027 or 1024 columns: more than 32 MiB
+  // Rows 5-7 and a middle one of a `cols`-wide tensor (bands of several rows when a
+  // narrower tensor is filled the same way).
+  const auto fill_for = [](size_t cols) {
+    return [cols](Buffer& x, Buffer& r) {
+      for (size_t i = 0; i < cols; ++i) {
+        x[5 * cols + i] = i == 9 ? NAN : x[5 * cols + i];
+        x[6 * cols + i] = 2.5f;
+        x[7 * cols + i] *= 1e30f;
+        x[kRows / 2 * cols + i] += 1e4f;
+        r[6 * cols + i] = 0.0f;
+      }
+    };
   };
   for (Op op : kAllOps) {
     Case c;
     c.op = op;
     c.rows = kRows;
-    c.cols = kCols;
-    c.misalign = Centered(op) ? 1 : 0;
-    c.fill = fill;
+    c.cols = Fused(op) ? 1024 : 1027;
+    c.misalign = Centered(op) && !Fused(op) ? 1 : 0;
+    c.fill = fill_for(c.cols);
     ASSERT_GE(CheckCase(c), 0);
   }
   for (Op op : {Op::kLayerNorm, Op::kAddRmsNorm}) {  // rows held in registers
     Case c;
     c.op = op;
-    c.rows = kRows * kCols / 64;
+    c.rows = kRows * 1027 / 64;
     c.cols = 64;
-    c.fill = fill;
+    c.fill = fill_for(1027);
     ASSERT_GE(CheckCase(c), 0);
   }
   Case c;
   c.rows = 2048;
   c.cols = 4096;
   c.alias = Alias::kYIsX;
-  c.fill = fill;
+  c.fill = fill_for(1027);
   ASSERT_GE(CheckCase(c), 0);
   c.alias = Alias::kNone;
   c.rows = kRows;
-  c.cols = kCols;
+  c.cols = 1024;
+  c.fill = fill_for(1024);
   ExpectSameBitsForThreadCounts(c);
 }
 
