@@ -55,6 +55,39 @@ HWY_INLINE V PairwiseSum(V (&t)[n]) {
   return t[0];
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// The sum of v's 128-bit blocks, as one block.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE hn::Vec<hn::CappedTag<float, 4>> SumOfBlocks(D d, V v) {
+  if constexpr (hn::MaxLanes(D()) > 4) {
+    const hn::Half<D> dh;
+    return SumOfBlocks(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+  } else {
+    (void)d;
+    return v;
+  }
+}
+#endif
+
+#if HWY_TARGET != HWY_SCALAR
+// Four rows' lane sums at once: lane i of the 128-bit result is the sum of all lanes of
+// s[i]. Two interleaving steps then halving the width: 13-17 operations where four
+// horizontal reductions take 28-32 (rows of a few vectors spend most of their work
+// here). Pairwise throughout, so equal lanes (a constant row) still sum exactly.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE hn::Vec<hn::CappedTag<float, 4>> SumOfLanes4(D d, V s0, V s1, V s2, V s3) {
+  // Within each 128-bit block: lane i = row i's sum of that block.
+  const V u01 = hn::Add(hn::InterleaveLower(d, s0, s1), hn::InterleaveUpper(d, s0, s1));
+  const V u23 = hn::Add(hn::InterleaveLower(d, s2, s3), hn::InterleaveUpper(d, s2, s3));
+  const hn::Repartition<uint64_t, D> d64;
+  const auto a = hn::BitCast(d64, u01);
+  const auto b = hn::BitCast(d64, u23);
+  const V w = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, a, b)),
+                      hn::BitCast(d, hn::InterleaveUpper(d64, a, b)));
+  return SumOfBlocks(d, w);
+}
+#endif
+
 // y of rows [r, r + kRows) from their deviations v (RMSNorm: values) and rstd;
 // rows whose bit is set in `skip` are not written.
 template <size_t kVecs, size_t kRows, class D, class V = hn::Vec<D>>
@@ -112,30 +145,72 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
   const V inv_n = hn::Set(d, 1.0f / static_cast<float>(cols));
   const V eps = hn::Set(d, job.eps);
   V mean[kRows], m2[kRows], rstd[kRows];
-  HWY_UNROLL(16)
-  for (size_t i = 0; i < kRows; ++i) {
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (kRows == 4) {  // the four rows' reductions together
+    const hn::CappedTag<float, 4> d4;
+    HWY_ALIGN float lanes[4];
+    V t[kRows][kVecs];
     if (kCenter) {
-      // cols is a power of two here, so the pairwise sum of a constant row and its
-      // scaling by 1 / cols are exact: no shift by the first element is needed.
-      V t[kVecs];
-      HWY_UNROLL(16)
-      for (size_t k = 0; k < kVecs; ++k) t[k] = v[i][k];
-      mean[i] = hn::Mul(hn::SumOfLanes(d, PairwiseSum(t)), inv_n);
-      HWY_UNROLL(16)
-      for (size_t k = 0; k < kVecs; ++k) v[i][k] = hn::Sub(v[i][k], mean[i]);
+      for (size_t i = 0; i < kRows; ++i) {
+        for (size_t k = 0; k < kVecs; ++k) t[i][k] = v[i][k];
+      }
+      // cols is a power of two here, so the sum of a constant row and its scaling by
+      // 1 / cols are exact.
+      hn::Store(hn::Mul(SumOfLanes4(d, PairwiseSum(t[0]), PairwiseSum(t[1]),
+                                    PairwiseSum(t[2]), PairwiseSum(t[3])),
+                        hn::Set(d4, 1.0f / static_cast<float>(cols))),
+                d4, lanes);
+      for (size_t i = 0; i < kRows; ++i) {
+        mean[i] = hn::Set(d, lanes[i]);
+        for (size_t k = 0; k < kVecs; ++k) v[i][k] = hn::Sub(v[i][k], mean[i]);
+      }
     } else {
-      mean[i] = hn::Zero(d);
+      for (size_t i = 0; i < kRows; ++i) mean[i] = hn::Zero(d);
     }
-    constexpr size_t kChains = kVecs < 4 ? kVecs : 4;  // squares: short FMA chains
-    V q[kChains];
-    HWY_UNROLL(4)
-    for (size_t k = 0; k < kChains; ++k) q[k] = hn::Mul(v[i][k], v[i][k]);
+    for (size_t i = 0; i < kRows; ++i) {
+      for (size_t k = 0; k < kVecs; ++k) t[i][k] = hn::Mul(v[i][k], v[i][k]);
+    }
+    const auto m2_4 = SumOfLanes4(d, PairwiseSum(t[0]), PairwiseSum(t[1]),
+                                  PairwiseSum(t[2]), PairwiseSum(t[3]));
+    const auto rstd_4 = hn::Div(
+        hn::Set(d4, 1.0f),
+        hn::Sqrt(hn::MulAdd(m2_4, hn::Set(d4, 1.0f / static_cast<float>(cols)),
+                            hn::Set(d4, job.eps))));
+    HWY_ALIGN float rstd_lanes[4];
+    hn::Store(m2_4, d4, lanes);
+    hn::Store(rstd_4, d4, rstd_lanes);
+    for (size_t i = 0; i < kRows; ++i) {
+      m2[i] = hn::Set(d, lanes[i]);
+      rstd[i] = hn::Set(d, rstd_lanes[i]);
+    }
+  } else
+#endif
+  {
     HWY_UNROLL(16)
-    for (size_t k = kChains; k < kVecs; ++k) {
-      q[k % kChains] = hn::MulAdd(v[i][k], v[i][k], q[k % kChains]);
+    for (size_t i = 0; i < kRows; ++i) {
+      if (kCenter) {
+        // cols is a power of two here, so the pairwise sum of a constant row and its
+        // scaling by 1 / cols are exact: no shift by the first element is needed.
+        V t[kVecs];
+        HWY_UNROLL(16)
+        for (size_t k = 0; k < kVecs; ++k) t[k] = v[i][k];
+        mean[i] = hn::Mul(hn::SumOfLanes(d, PairwiseSum(t)), inv_n);
+        HWY_UNROLL(16)
+        for (size_t k = 0; k < kVecs; ++k) v[i][k] = hn::Sub(v[i][k], mean[i]);
+      } else {
+        mean[i] = hn::Zero(d);
+      }
+      constexpr size_t kChains = kVecs < 4 ? kVecs : 4;  // squares: short FMA chains
+      V q[kChains];
+      HWY_UNROLL(4)
+      for (size_t k = 0; k < kChains; ++k) q[k] = hn::Mul(v[i][k], v[i][k]);
+      HWY_UNROLL(16)
+      for (size_t k = kChains; k < kVecs; ++k) {
+        q[k % kChains] = hn::MulAdd(v[i][k], v[i][k], q[k % kChains]);
+      }
+      m2[i] = hn::SumOfLanes(d, PairwiseSum(q));
+      rstd[i] = hn::Div(hn::Set(d, 1.0f), hn::Sqrt(hn::MulAdd(m2[i], inv_n, eps)));
     }
-    m2[i] = hn::SumOfLanes(d, PairwiseSum(q));
-    rstd[i] = hn::Div(hn::Set(d, 1.0f), hn::Sqrt(hn::MulAdd(m2[i], inv_n, eps)));
   }
   uint32_t bad = 0;
   for (size_t i = 0; i < kRows; ++i) {
