@@ -318,12 +318,13 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
     if (job.rstd != nullptr) job.rstd[r] = st.rstd_out;
   };
   const size_t ahead = job.stream ? kReadAheadBytes : kCacheAheadBytes;
-  // Non-temporal stores where every row of y is vector-aligned.
+  // Groups stream y where every row of it is vector-aligned; other streamed rows go one
+  // at a time, each peeled to alignment (NormalizeSpan).
   const size_t vector_bytes = hn::Lanes(d) * sizeof(float);
-  const bool stream = job.stream && reinterpret_cast<uintptr_t>(job.y) % vector_bytes == 0 &&
-                      cols * sizeof(float) % vector_bytes == 0;
+  const bool aligned_rows = reinterpret_cast<uintptr_t>(job.y) % vector_bytes == 0 &&
+                            cols * sizeof(float) % vector_bytes == 0;
   size_t r = r0;
-  if (cols <= kChunk) {  // kGroupRows at a time
+  if (cols <= kChunk && (!job.stream || aligned_rows)) {  // kGroupRows at a time
     for (; r + kGroupRows <= r1; r += kGroupRows) {
       Src src[kGroupRows];
       Moments m[kGroupRows];
@@ -349,7 +350,7 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
         scaled |= st[k].scale != 1.0f;
       }
       if (HWY_LIKELY(!scaled)) {
-        NormalizeGroup<kCenter, kGamma, kBeta>(job, src, st, r, stream,
+        NormalizeGroup<kCenter, kGamma, kBeta>(job, src, st, r, job.stream,
                                                HWY_MIN(r + 2 * kGroupRows, r1));
         continue;
       }
