@@ -11,11 +11,12 @@ build=${BUILD_DIR:-build}
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
 cmake --build "$build" -j"$(nproc)" --target bench_normkernels
 mkdir -p results
-# Three repetitions of each case; the table uses the medians. Repetitions of all cases
+# Five repetitions of each case; the table uses the medians (this VM has minutes when
+# one run of a large copy takes many times its usual time). Repetitions of all cases
 # run in random order, so that a case and its copy baseline see the same drift of this
 # machine's speed (a shared VM varies by 20-30% over minutes).
 "$build"/bench/bench_normkernels --nk_json=results/benchmark.json \
-  --benchmark_min_time=0.05 --benchmark_repetitions=3 \
+  --benchmark_min_time=0.05 --benchmark_repetitions=5 \
   --benchmark_enable_random_interleaving=true \
   --benchmark_display_aggregates_only=true "$@"
 /usr/bin/python3 scripts/bench_report.py results/benchmark.json results/benchmark.png README.md
