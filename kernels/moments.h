@@ -2,6 +2,8 @@
 #ifndef NK_KERNELS_MOMENTS_H_
 #define NK_KERNELS_MOMENTS_H_
 
+#include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstddef>
 
@@ -71,9 +73,22 @@ inline SetStats FinalizeSet(const Moments& m, float scale, float eps) {
   s.scale = scale;
   s.mean = m.mean;
   const float var = m.m2 / static_cast<float>(m.count);
-  s.rstd = 1.0f / std::sqrt(var + eps * scale * scale);
+  if (scale == 1.0f) {
+    s.rstd = 1.0f / std::sqrt(var + eps);
+    s.rstd_out = s.rstd;
+  } else {
+    // eps * scale^2 underflows for the largest rows (scale 2^-128), so var and eps meet
+    // in x's units. rstd in the units of x * scale exceeds the float range only when var
+    // is 0, i.e. every deviation is exactly 0 (the scaled values are near 1): the
+    // largest float normalizes them to exactly 0 as well.
+    const double var_x = static_cast<double>(var) / (static_cast<double>(scale) * scale);
+    const double sd_x = std::sqrt(var_x + static_cast<double>(eps));
+    s.rstd_out = var_x <= FLT_MAX ? 1.0f / std::sqrt(static_cast<float>(var_x) + eps)
+                                  : static_cast<float>(1.0 / sd_x);  // 1e-39 and less
+    const double rstd = 1.0 / (sd_x * scale);
+    s.rstd = static_cast<float>(std::min(rstd, double{FLT_MAX}));
+  }
   s.mean_out = m.mean / scale;
-  s.rstd_out = s.rstd * scale;
   s.moments = m;
   return s;
 }

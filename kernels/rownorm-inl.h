@@ -337,7 +337,7 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
         if (store_sum) StoreSum(job, r + k, 0, cols);
         m[k] = SpanMomentsAhead<kCenter>(d, src[k], 0, cols, ahead);
         st[k] = FinalizeSet(m[k], 1.0f, job.eps);
-        finite &= std::isfinite(m[k].mean) & std::isfinite(m[k].m2);
+        finite = finite && std::isfinite(m[k].mean) && std::isfinite(m[k].m2);
       }
       if (HWY_UNLIKELY(!finite)) {
         for (size_t k = 0; k < kGroupRows; ++k) {

@@ -206,29 +206,33 @@ TEST_P(BatchNorm, SlowPathWithHugeGamma) {
   }
 }
 
-// A constant channel gives exactly beta; a NaN or Inf stays in its channel.
+// A constant channel gives exactly beta (also where its sum overflows: the rescaled
+// path); a NaN or Inf stays in its channel.
 TEST_P(BatchNorm, ConstantAndNonFiniteChannels) {
   for (nk_layout layout : kLayouts) {
-    BnCase k;
-    k.n = 3, k.c = 4, k.spatial = 29, k.layout = layout;
-    k.fill = [&](Buffer& x) {
+    for (float v : {3.25f, -2.6e38f}) {
+      BnCase k;
+      k.n = 3, k.c = 4, k.spatial = 29, k.layout = layout;
+      k.fill = [&](Buffer& x) {
+        for (size_t j = 0; j < k.count(); ++j) {
+          x[k.Index(0, j)] = v;
+          if (j == 17) x[k.Index(1, j)] = NAN;
+          if (j == 5) x[k.Index(2, j)] = INFINITY;
+        }
+      };
+      const BnRun r = RunBn(k);
+      ASSERT_EQ(CheckBn(k, r), 0);
       for (size_t j = 0; j < k.count(); ++j) {
-        x[k.Index(0, j)] = 3.25f;
-        if (j == 17) x[k.Index(1, j)] = NAN;
-        if (j == 5) x[k.Index(2, j)] = INFINITY;
+        ASSERT_TRUE(SameBits(r.y[k.Index(0, j)], r.beta[0])) << j;
+        ASSERT_TRUE(std::isnan(r.y[k.Index(1, j)])) << j;
+        ASSERT_FALSE(std::isfinite(r.y[k.Index(2, j)])) << j;
+        ASSERT_TRUE(std::isfinite(r.y[k.Index(3, j)])) << j;
       }
-    };
-    const BnRun r = RunBn(k);
-    ASSERT_EQ(CheckBn(k, r), 0);
-    for (size_t j = 0; j < k.count(); ++j) {
-      ASSERT_TRUE(SameBits(r.y[k.Index(0, j)], r.beta[0])) << j;
-      ASSERT_TRUE(std::isnan(r.y[k.Index(1, j)])) << j;
-      ASSERT_FALSE(std::isfinite(r.y[k.Index(2, j)])) << j;
-      ASSERT_TRUE(std::isfinite(r.y[k.Index(3, j)])) << j;
+      EXPECT_EQ(r.save_mean[0], v);
+      EXPECT_EQ(r.save_rstd[0], 1.0f / std::sqrt(k.eps));
+      EXPECT_TRUE(std::isnan(r.save_mean[1]));
+      EXPECT_TRUE(std::isfinite(r.save_mean[3]) && std::isfinite(r.save_rstd[3]));
     }
-    EXPECT_EQ(r.save_mean[0], 3.25f);
-    EXPECT_TRUE(std::isnan(r.save_mean[1]));
-    EXPECT_TRUE(std::isfinite(r.save_mean[3]) && std::isfinite(r.save_rstd[3]));
   }
 }
 
