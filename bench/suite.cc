@@ -98,40 +98,39 @@ std::string CopyFor(double bytes, int threads) {
   return key;
 }
 
-float* Tensor(int slot, size_t n) {
-  static std::map<std::pair<int, size_t>, float*> tensors;
-  float*& t = tensors[{slot, n}];
-  if (t == nullptr) {
-    void* p = nullptr;
-    if (posix_memalign(&p, 4096, std::max<size_t>(n, 1) * sizeof(float))) std::abort();
-    t = static_cast<float*>(p);
-    for (size_t k = 0; k < n; ++k) t[k] = static_cast<float>((k * 7919 + slot) % 1000) * 1e-3f;
-  }
-  return t;
-}
-
 namespace {
 
-// gamma / beta aligned to 64 bytes, as framework allocators give them (PyTorch's CPU
-// allocator aligns to 64); oneDNN and these kernels read the same ones.
-const float* Param(int which, size_t n) {
-  static std::map<std::pair<int, size_t>, float*> params;
-  float*& p = params[{which, n}];
-  if (p == nullptr) {
-    void* raw = nullptr;
-    if (posix_memalign(&raw, 64, std::max<size_t>(n, 1) * sizeof(float))) std::abort();
-    p = static_cast<float*>(raw);
-    for (size_t i = 0; i < n; ++i) {
-      p[i] = which == 0 ? 1.0f + (i % 7) * 0.01f : (i % 5) * 0.1f;
-    }
+// One buffer of n floats per (slot, n), aligned to `align` and filled with value(k) on
+// first use (so prefaulted), kept for the run.
+template <class Value>
+float* Buffer(int slot, size_t n, size_t align, const Value& value) {
+  static std::map<std::pair<int, size_t>, float*> buffers;
+  float*& b = buffers[{slot, n}];
+  if (b == nullptr) {
+    void* p = nullptr;
+    if (posix_memalign(&p, align, std::max<size_t>(n, 1) * sizeof(float))) std::abort();
+    b = static_cast<float*>(p);
+    for (size_t k = 0; k < n; ++k) b[k] = value(k);
   }
-  return p;
+  return b;
 }
 
 }  // namespace
 
-const float* Gamma(size_t n) { return Param(0, n); }
-const float* Beta(size_t n) { return Param(1, n); }
+float* Tensor(int slot, size_t n) {
+  return Buffer(slot, n, 4096, [slot](size_t k) {
+    return static_cast<float>((k * 7919 + slot) % 1000) * 1e-3f;
+  });
+}
+
+// gamma / beta aligned to 64 bytes, as framework allocators give them (PyTorch's CPU
+// allocator aligns to 64); oneDNN and these kernels read the same ones.
+const float* Gamma(size_t n) {
+  return Buffer(0, n, 64, [](size_t i) { return 1.0f + (i % 7) * 0.01f; });
+}
+const float* Beta(size_t n) {
+  return Buffer(1, n, 64, [](size_t i) { return (i % 5) * 0.1f; });
+}
 
 namespace {
 

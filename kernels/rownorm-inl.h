@@ -190,7 +190,7 @@ constexpr size_t kGroupRows = 4;
 // x (and residual) are asked for, a line of each row per column: memory reads the next
 // group while this one is written, as in a copy, and the next group's statistics find it
 // in the cache. LayerNorm of 64 MiB, 768-8192 columns, 1 thread, in the benchmark:
-// 0.68-0.82x of a copy, where taking the next row's statistics block by block between
+// 0.68-0.83x of a copy, where taking the next row's statistics block by block between
 // the stores of this one gave 0.49-0.61x (asking for one line in four: 0.52-0.76x;
 // without the statistics' own read-ahead: 0.40-0.48x).
 template <bool kCenter, bool kGamma, bool kBeta, class Src>

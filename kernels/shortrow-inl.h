@@ -2,10 +2,11 @@
 // registers, kRows rows at a time so that their reductions overlap. Small rows spend
 // their time in horizontal reductions, sqrt/div and loop overhead, not in memory.
 //
-// Statistics take two passes over the registers: a pairwise sum (a constant row gets
-// exactly its value as mean), then the squared deviations from the mean; the
-// deviations are kept for normalization. A row
-// whose statistics are not finite is finished by the general path.
+// Statistics take two passes over the registers: a pairwise sum, then the squared
+// deviations from the mean; the deviations are kept for normalization. cols is a power
+// of two here, so a constant row's sum and its scaling by 1 / cols are exact: its mean
+// is exactly its value, with no shift by the first element. A row whose statistics are
+// not finite is finished by the general path.
 #if defined(NK_KERNELS_SHORTROW_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef NK_KERNELS_SHORTROW_INL_H_
 #undef NK_KERNELS_SHORTROW_INL_H_
@@ -67,9 +68,7 @@ HWY_INLINE hn::Vec<hn::CappedTag<float, 4>> SumOfBlocks(D d, V v) {
     return v;
   }
 }
-#endif
 
-#if HWY_TARGET != HWY_SCALAR
 // Four rows' lane sums at once: lane i of the 128-bit result is the sum of all lanes of
 // s[i]. Two interleaving steps then halving the width: 13-17 operations where four
 // horizontal reductions take 28-32 (rows of a few vectors spend most of their work
@@ -154,8 +153,6 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
       for (size_t i = 0; i < kRows; ++i) {
         for (size_t k = 0; k < kVecs; ++k) t[i][k] = v[i][k];
       }
-      // cols is a power of two here, so the sum of a constant row and its scaling by
-      // 1 / cols are exact.
       hn::Store(hn::Mul(SumOfLanes4(d, PairwiseSum(t[0]), PairwiseSum(t[1]),
                                     PairwiseSum(t[2]), PairwiseSum(t[3])),
                         hn::Set(d4, 1.0f / static_cast<float>(cols))),
@@ -189,8 +186,6 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
     HWY_UNROLL(16)
     for (size_t i = 0; i < kRows; ++i) {
       if (kCenter) {
-        // cols is a power of two here, so the pairwise sum of a constant row and its
-        // scaling by 1 / cols are exact: no shift by the first element is needed.
         V t[kVecs];
         HWY_UNROLL(16)
         for (size_t k = 0; k < kVecs; ++k) t[k] = v[i][k];
