@@ -180,6 +180,9 @@ HWY_INLINE void NormalizeRow(const RowNormJob& job, const Src& src, const SetSta
 // of a copy one row at a time, 0.63-0.68x four at a time). Eight rows did worse (their
 // x no longer stays in L1).
 constexpr size_t kGroupRows = 4;
+// The part of L1 (48 KiB on Zen 4) a group's rows of x may fill and stay there between
+// the statistics and the normalization.
+constexpr size_t kGroupL1Bytes = 32 * 1024;
 
 // y of kGroupRows rows (at a stride of `cols`) from their sources and statistics
 // (scale 1): each gamma / beta vector is loaded once for all of them. The same
@@ -234,8 +237,12 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
       vector(i, [&](V v, float* p) HWY_ATTR { hn::Stream(v, d, p); });
     }
   } else {
+    // As NormalizeSpan, each row's y line every four vectors, while the group's x is in
+    // L1; once it comes from L2 the requests cost more than they save (4 MiB, 4096 and
+    // 8192 columns, 1 thread, A/B in the benchmark: 2-4% faster without).
+    const bool ask = cols * sizeof(float) * kGroupRows <= kGroupL1Bytes;
     for (; i + N <= cols; i += N) {
-      if ((i / N) % 4 == 0) {  // as NormalizeSpan: each row's y line, every four vectors
+      if (ask && (i / N) % 4 == 0) {
         for (size_t k = 0; k < kGroupRows; ++k) {
           hwy::Prefetch(reinterpret_cast<const char*>(y + k * cols + i) + kWriteAheadBytes);
         }
