@@ -17,7 +17,6 @@
 #include "kernels/moments-inl.h"
 #include "kernels/moments.h"
 #include "kernels/rownorm.h"
-#include "kernels/shortrow-inl.h"
 #include "kernels/sources-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -266,28 +265,17 @@ void ApplyT(const RowNormJob& job, size_t row, size_t c0, size_t n,
   });
 }
 
-float RowMaxAbs(const RowNormJob& job, size_t row, size_t c0, size_t n) {
-  float m = 0.0f;
-  WithRowSource(job, row, [&](const auto& src) HWY_ATTR {
-    m = SpanMaxAbs(hn::ScalableTag<float>(), src, c0, n);
-  });
-  return m;
-}
-
+// The row path's entry points of this target, out of line: rownorm_f32.cc defines the
+// kernel table's functions, shortrow_{layernorm,rmsnorm}_f32.cc the register path for
+// short rows (shortrow-inl.h).
+float RowMaxAbs(const RowNormJob& job, size_t row, size_t c0, size_t n);
 Moments RowChunkMoments(const RowNormJob& job, size_t row, size_t c0, size_t n,
-                        float scale, bool first_pass) {
-  return job.center ? ChunkMomentsT<true>(job, row, c0, n, scale, first_pass)
-                    : ChunkMomentsT<false>(job, row, c0, n, scale, first_pass);
-}
-
+                        float scale, bool first_pass);
 void RowApply(const RowNormJob& job, size_t row, size_t c0, size_t n,
-              const SetStats& st) {
-  VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
-    ApplyT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
-        job, row, c0, n, st);
-  });
-  if (job.stream) hwy::FlushStream();
-}
+              const SetStats& st);
+void Rows(const RowNormJob& job, size_t r0, size_t r1);
+template <bool kCenter>
+bool NormalizeShortRows(const RowNormJob& job, size_t r0, size_t r1);
 
 // Statistics of row r from its fast-path moments `first` (RowStatistics, out of line).
 template <bool kCenter>
@@ -387,79 +375,6 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
                                          r + 1 < r1 ? job.x + (r + 1) * cols : nullptr);
     store_stats(r, st);
   }
-}
-
-// Finishes the rows of a ShortRows group whose fast statistics were not finite.
-template <bool kCenter>
-HWY_NOINLINE void FinishShortRows(const RowNormJob& job, size_t r, uint32_t bad,
-                                  const Moments* moments) {
-  for (size_t i = 0; bad != 0; ++i, bad >>= 1) {
-    if ((bad & 1) == 0) continue;
-    const size_t row = r + i;
-    const SetStats st = RowStatistics(
-        job.cols, job.eps, moments[i],
-        [&](size_t c0, size_t n, float scale, bool) {
-          return ChunkMomentsT<kCenter>(job, row, c0, n, scale, false);
-        },
-        [&](size_t c0, size_t n) { return RowMaxAbs(job, row, c0, n); });
-    RowApply(job, row, 0, job.cols, st);
-    if (job.mean != nullptr) job.mean[row] = st.mean_out;
-    if (job.rstd != nullptr) job.rstd[row] = st.rstd_out;
-  }
-}
-
-// Rows [r0, r1) of kVecs vectors each; src reads x (+ residual) of row 0.
-template <size_t kVecs, bool kCenter, class Src>
-void ShortRowsLoop(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
-  constexpr size_t kRows = kVecs >= 8 ? 16 / kVecs : 4;
-  const size_t bytes = hn::Lanes(hn::ScalableTag<float>()) * sizeof(float);
-  const bool stream = job.stream && reinterpret_cast<uintptr_t>(job.y) % bytes == 0;
-  Moments bad_moments[kRows];
-  size_t r = r0;
-  for (; r + kRows <= r1; r += kRows) {
-    const uint32_t bad =
-        ShortRows<kVecs, kRows, kCenter>(job, src0, r, stream, bad_moments);
-    if (HWY_UNLIKELY(bad != 0)) FinishShortRows<kCenter>(job, r, bad, bad_moments);
-  }
-  for (; r < r1; ++r) {  // the same arithmetic, one row at a time
-    const uint32_t bad = ShortRows<kVecs, 1, kCenter>(job, src0, r, stream, bad_moments);
-    if (HWY_UNLIKELY(bad != 0)) FinishShortRows<kCenter>(job, r, bad, bad_moments);
-  }
-}
-
-// Runs ShortRowsLoop for rows of 1, 2, 4, 8 or 16 whole vectors; false otherwise.
-template <bool kCenter, class Src>
-bool TryShortRows(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
-  const size_t N = hn::Lanes(hn::ScalableTag<float>());
-  if (job.cols % N != 0 || job.cols / N > kMaxShortVectors) return false;
-  switch (job.cols / N) {
-    case 1: ShortRowsLoop<1, kCenter>(job, src0, r0, r1); return true;
-    case 2: ShortRowsLoop<2, kCenter>(job, src0, r0, r1); return true;
-    case 4: ShortRowsLoop<4, kCenter>(job, src0, r0, r1); return true;
-    case 8: ShortRowsLoop<8, kCenter>(job, src0, r0, r1); return true;
-    case 16: ShortRowsLoop<16, kCenter>(job, src0, r0, r1); return true;
-    default: return false;
-  }
-}
-
-void Rows(const RowNormJob& job, size_t r0, size_t r1) {
-  const auto short_rows = [&](auto center) HWY_ATTR {
-    constexpr bool kCenter = decltype(center)::value;
-    return job.residual == nullptr
-               ? TryShortRows<kCenter>(job, F32Source{job.x}, r0, r1)
-               : TryShortRows<kCenter>(job, AddSource{job.x, job.residual}, r0, r1);
-  };
-  const bool done = job.center ? short_rows(std::true_type())
-                               : short_rows(std::false_type());
-  if (!done) {
-    VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
-      WithRowSource(job, 0, [&](const auto& src) HWY_ATTR {
-        RowsT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
-            job, src, r0, r1);
-      });
-    });
-  }
-  if (job.stream) hwy::FlushStream();
 }
 
 }  // namespace HWY_NAMESPACE

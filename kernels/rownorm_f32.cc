@@ -1,4 +1,5 @@
 // rownorm_f32.cc: the fp32 LayerNorm-family kernels, compiled once per Highway target.
+// Rows of a few whole vectors take the register path (shortrow-inl.h).
 #include "kernels/rownorm.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -11,6 +12,43 @@
 HWY_BEFORE_NAMESPACE();
 namespace nk {
 namespace HWY_NAMESPACE {
+
+float RowMaxAbs(const RowNormJob& job, size_t row, size_t c0, size_t n) {
+  float m = 0.0f;
+  WithRowSource(job, row, [&](const auto& src) HWY_ATTR {
+    m = SpanMaxAbs(hn::ScalableTag<float>(), src, c0, n);
+  });
+  return m;
+}
+
+Moments RowChunkMoments(const RowNormJob& job, size_t row, size_t c0, size_t n,
+                        float scale, bool first_pass) {
+  return job.center ? ChunkMomentsT<true>(job, row, c0, n, scale, first_pass)
+                    : ChunkMomentsT<false>(job, row, c0, n, scale, first_pass);
+}
+
+void RowApply(const RowNormJob& job, size_t row, size_t c0, size_t n,
+              const SetStats& st) {
+  VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
+    ApplyT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
+        job, row, c0, n, st);
+  });
+  if (job.stream) hwy::FlushStream();
+}
+
+void Rows(const RowNormJob& job, size_t r0, size_t r1) {
+  const bool short_rows = job.center ? NormalizeShortRows<true>(job, r0, r1)
+                                     : NormalizeShortRows<false>(job, r0, r1);
+  if (!short_rows) {
+    VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
+      WithRowSource(job, 0, [&](const auto& src) HWY_ATTR {
+        RowsT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
+            job, src, r0, r1);
+      });
+    });
+  }
+  if (job.stream) hwy::FlushStream();
+}
 
 extern const RowNormKernels kRowNormKernels = {&Rows, &RowChunkMoments, &RowMaxAbs,
                                                &RowApply};

@@ -18,6 +18,7 @@
 
 #include "hwy/highway.h"
 #include "kernels/moments.h"
+#include "kernels/rownorm-inl.h"
 #include "kernels/rownorm.h"
 #include "kernels/sources-inl.h"
 
@@ -227,6 +228,69 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
     StoreNormalized<kVecs, kRows>(d, v, rstd, gamma, beta, y, cols, stream, bad);
   }
   return bad;
+}
+
+// Finishes the rows of a ShortRows group whose fast statistics were not finite.
+template <bool kCenter>
+HWY_NOINLINE void FinishShortRows(const RowNormJob& job, size_t r, uint32_t bad,
+                                  const Moments* moments) {
+  for (size_t i = 0; bad != 0; ++i, bad >>= 1) {
+    if ((bad & 1) == 0) continue;
+    const size_t row = r + i;
+    const SetStats st = RowStatistics(
+        job.cols, job.eps, moments[i],
+        [&](size_t c0, size_t n, float scale, bool) {
+          return ChunkMomentsT<kCenter>(job, row, c0, n, scale, false);
+        },
+        [&](size_t c0, size_t n) { return RowMaxAbs(job, row, c0, n); });
+    RowApply(job, row, 0, job.cols, st);
+    if (job.mean != nullptr) job.mean[row] = st.mean_out;
+    if (job.rstd != nullptr) job.rstd[row] = st.rstd_out;
+  }
+}
+
+// Rows [r0, r1) of kVecs vectors each; src reads x (+ residual) of row 0.
+template <size_t kVecs, bool kCenter, class Src>
+void ShortRowsLoop(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
+  constexpr size_t kRows = kVecs >= 8 ? 16 / kVecs : 4;
+  const size_t bytes = hn::Lanes(hn::ScalableTag<float>()) * sizeof(float);
+  const bool stream = job.stream && reinterpret_cast<uintptr_t>(job.y) % bytes == 0;
+  Moments bad_moments[kRows];
+  size_t r = r0;
+  for (; r + kRows <= r1; r += kRows) {
+    const uint32_t bad =
+        ShortRows<kVecs, kRows, kCenter>(job, src0, r, stream, bad_moments);
+    if (HWY_UNLIKELY(bad != 0)) FinishShortRows<kCenter>(job, r, bad, bad_moments);
+  }
+  for (; r < r1; ++r) {  // the same arithmetic, one row at a time
+    const uint32_t bad = ShortRows<kVecs, 1, kCenter>(job, src0, r, stream, bad_moments);
+    if (HWY_UNLIKELY(bad != 0)) FinishShortRows<kCenter>(job, r, bad, bad_moments);
+  }
+}
+
+// Runs ShortRowsLoop for rows of 1, 2, 4, 8 or 16 whole vectors; false otherwise.
+template <bool kCenter, class Src>
+bool TryShortRows(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
+  const size_t N = hn::Lanes(hn::ScalableTag<float>());
+  if (job.cols % N != 0 || job.cols / N > kMaxShortVectors) return false;
+  switch (job.cols / N) {
+    case 1: ShortRowsLoop<1, kCenter>(job, src0, r0, r1); return true;
+    case 2: ShortRowsLoop<2, kCenter>(job, src0, r0, r1); return true;
+    case 4: ShortRowsLoop<4, kCenter>(job, src0, r0, r1); return true;
+    case 8: ShortRowsLoop<8, kCenter>(job, src0, r0, r1); return true;
+    case 16: ShortRowsLoop<16, kCenter>(job, src0, r0, r1); return true;
+    default: return false;
+  }
+}
+
+// Rows [r0, r1) of LayerNorm (kCenter) or RMSNorm, with or without the residual,
+// when they are 1, 2, 4, 8 or 16 whole vectors long; false (nothing done) otherwise.
+// Instantiated by shortrow_layernorm_f32.cc and shortrow_rmsnorm_f32.cc.
+template <bool kCenter>
+bool NormalizeShortRows(const RowNormJob& job, size_t r0, size_t r1) {
+  return job.residual == nullptr
+             ? TryShortRows<kCenter>(job, F32Source{job.x}, r0, r1)
+             : TryShortRows<kCenter>(job, AddSource{job.x, job.residual}, r0, r1);
 }
 
 }  // namespace HWY_NAMESPACE

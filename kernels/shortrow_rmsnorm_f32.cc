@@ -1,0 +1,21 @@
+// shortrow_rmsnorm_f32.cc: the register path for short rows (shortrow-inl.h) of
+// RMSNorm and add + RMSNorm, compiled once per Highway target. The short-row variants are most of the
+// row path's compile time, so they are split into translation units that build in
+// parallel.
+#include "kernels/rownorm.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/shortrow_rmsnorm_f32.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/shortrow-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace nk {
+namespace HWY_NAMESPACE {
+
+template bool NormalizeShortRows<false>(const RowNormJob& job, size_t r0, size_t r1);
+
+}  // namespace HWY_NAMESPACE
+}  // namespace nk
+HWY_AFTER_NAMESPACE();
