@@ -146,7 +146,17 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
   const V eps = hn::Set(d, job.eps);
   V mean[kRows], m2[kRows], rstd[kRows];
 #if HWY_TARGET != HWY_SCALAR
-  if constexpr (kRows == 4) {  // the four rows' reductions together
+  // Rows of up to four vectors go four at a time, the leftovers one at a time (then
+  // each of SumOfLanes4's four inputs is the one row): the same operations per row, so
+  // a row gets the same bits alone or in a group, whatever the threads' partition.
+  if constexpr (kVecs <= 4) {
+    static_assert(kRows == 4 || kRows == 1, "ShortRowsLoop's groups");
+    const auto sum4 = [&](V (&t)[kRows][kVecs]) HWY_ATTR {
+      V p[kRows];
+      for (size_t i = 0; i < kRows; ++i) p[i] = PairwiseSum(t[i]);
+      return SumOfLanes4(d, p[0], p[kRows > 1 ? 1 : 0], p[kRows > 2 ? 2 : 0],
+                         p[kRows > 3 ? 3 : 0]);
+    };
     const hn::CappedTag<float, 4> d4;
     HWY_ALIGN float lanes[4];
     V t[kRows][kVecs];
@@ -154,10 +164,8 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
       for (size_t i = 0; i < kRows; ++i) {
         for (size_t k = 0; k < kVecs; ++k) t[i][k] = v[i][k];
       }
-      hn::Store(hn::Mul(SumOfLanes4(d, PairwiseSum(t[0]), PairwiseSum(t[1]),
-                                    PairwiseSum(t[2]), PairwiseSum(t[3])),
-                        hn::Set(d4, 1.0f / static_cast<float>(cols))),
-                d4, lanes);
+      hn::Store(hn::Mul(sum4(t), hn::Set(d4, 1.0f / static_cast<float>(cols))), d4,
+                lanes);
       for (size_t i = 0; i < kRows; ++i) {
         mean[i] = hn::Set(d, lanes[i]);
         for (size_t k = 0; k < kVecs; ++k) v[i][k] = hn::Sub(v[i][k], mean[i]);
@@ -168,8 +176,7 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
     for (size_t i = 0; i < kRows; ++i) {
       for (size_t k = 0; k < kVecs; ++k) t[i][k] = hn::Mul(v[i][k], v[i][k]);
     }
-    const auto m2_4 = SumOfLanes4(d, PairwiseSum(t[0]), PairwiseSum(t[1]),
-                                  PairwiseSum(t[2]), PairwiseSum(t[3]));
+    const auto m2_4 = sum4(t);
     const auto rstd_4 = hn::Div(
         hn::Set(d4, 1.0f),
         hn::Sqrt(hn::MulAdd(m2_4, hn::Set(d4, 1.0f / static_cast<float>(cols)),

@@ -374,6 +374,46 @@ TEST_P(LayerNormTest, BitwiseEqualAcrossThreadCounts) {
   }
 }
 
+// A row gives the same bits alone and in a group of rows (short rows go four at a
+// time, leftovers one at a time; which rows are leftovers depends on the threads'
+// partition). Ill-conditioned values, so that any change of summation order shows.
+TEST_P(LayerNormTest, RowAloneGivesTheBitsOfTheRowInAGroup) {
+  for (Op op : kAllOps) {
+    for (size_t cols : {1, 3, 4, 8, 16, 32, 64, 128, 256, 768, 1024}) {
+      const size_t rows = 9;
+      const auto value = [](size_t i) {
+        return 1e4f + static_cast<float>((i * 2654435761u) % 1000) * 1.37e-3f - 0.6f;
+      };
+      Case group;
+      group.op = op;
+      group.rows = rows;
+      group.cols = cols;
+      group.gamma = group.beta = false;  // RunCase draws them per shape
+      group.fill = [&](Buffer& x, Buffer& res) {
+        for (size_t i = 0; i < x.size(); ++i) x[i] = value(i), res[i] = value(i + 7);
+      };
+      const Result all = RunCase(group);
+      for (size_t r = 0; r < rows; ++r) {
+        Case alone = group;
+        alone.rows = 1;
+        alone.fill = [&](Buffer& x, Buffer& res) {
+          for (size_t i = 0; i < cols; ++i) {
+            x[i] = value(r * cols + i), res[i] = value(r * cols + i + 7);
+          }
+        };
+        SCOPED_TRACE(alone.Describe() + " row " + std::to_string(r));
+        const Result one = RunCase(alone);
+        ASSERT_EQ(std::memcmp(one.y.data(), all.y.data() + r * cols, cols * sizeof(float)),
+                  0);
+        ASSERT_TRUE(SameBits(one.rstd[0], all.rstd[r]));
+        if (op == Op::kLayerNorm || op == Op::kAddLayerNorm) {
+          ASSERT_TRUE(SameBits(one.mean[0], all.mean[r]));
+        }
+      }
+    }
+  }
+}
+
 // Seed 000 (Chinese LayerNorm tutorial): nn.LayerNorm(3) over a [2, 4, 3] embedding,
 // outputs printed to 4 decimals.
 TEST_P(LayerNormTest, SeedDocumentExample) {
