@@ -178,6 +178,73 @@ HWY_INLINE Moments ReduceLanes(D d, V mean, V m2, float n_lane) {
   return r;
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// The sum of v's 128-bit blocks, as one block.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE hn::Vec<hn::CappedTag<float, 4>> SumOfBlocks(D d, V v) {
+  if constexpr (hn::MaxLanes(D()) > 4) {
+    const hn::Half<D> dh;
+    return SumOfBlocks(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+  } else {
+    (void)d;
+    return v;
+  }
+}
+
+// Four rows' lane sums at once: lane i of the 128-bit result is the sum of all lanes of
+// s[i]. Two interleaving steps then halving the width: 13-17 operations where four
+// horizontal reductions take 28-32 (rows of a few vectors spend most of their work
+// here). Pairwise throughout, so equal lanes (a constant row) still sum exactly.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE hn::Vec<hn::CappedTag<float, 4>> SumOfLanes4(D d, V s0, V s1, V s2, V s3) {
+  // Within each 128-bit block: lane i = row i's sum of that block.
+  const V u01 = hn::Add(hn::InterleaveLower(d, s0, s1), hn::InterleaveUpper(d, s0, s1));
+  const V u23 = hn::Add(hn::InterleaveLower(d, s2, s3), hn::InterleaveUpper(d, s2, s3));
+  const hn::Repartition<uint64_t, D> d64;
+  const auto a = hn::BitCast(d64, u01);
+  const auto b = hn::BitCast(d64, u23);
+  const V w = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, a, b)),
+                      hn::BitCast(d, hn::InterleaveUpper(d64, a, b)));
+  return SumOfBlocks(d, w);
+}
+#endif
+
+// ReduceLanes of four sets at once: lane i of each sum is set i's, and one joint
+// reduction replaces four (rows of a few KiB spend much of their statistics in these
+// reductions; see RowMoments). Each set's sums see only its own lanes, in a fixed
+// order, so a set passed alone (the same vectors four times) gets the bits it gets
+// beside others.
+template <bool kCenter, class D, class V = hn::Vec<D>>
+HWY_INLINE void ReduceLanes4(D d, const V (&mean)[4], const V (&m2)[4], float n_lane,
+                             Moments (&out)[4]) {
+#if HWY_TARGET == HWY_SCALAR
+  for (size_t k = 0; k < 4; ++k) out[k] = ReduceLanes<kCenter>(d, mean[k], m2[k], n_lane);
+#else
+  const hn::CappedTag<float, 4> d4;
+  const double count = static_cast<double>(n_lane) * static_cast<double>(hn::Lanes(d));
+  HWY_ALIGN float total[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  HWY_ALIGN float sum[4];
+  const auto sum_m2 = SumOfLanes4(d, m2[0], m2[1], m2[2], m2[3]);
+  if (!kCenter) {
+    hn::Store(sum_m2, d4, sum);
+  } else {
+    // As ReduceLanes: scaled before summing, then the spread of the lane means.
+    const V inv = hn::Set(d, 1.0f / static_cast<float>(hn::Lanes(d)));
+    hn::Store(SumOfLanes4(d, hn::Mul(mean[0], inv), hn::Mul(mean[1], inv),
+                          hn::Mul(mean[2], inv), hn::Mul(mean[3], inv)),
+              d4, total);
+    V dev[4];
+    for (size_t k = 0; k < 4; ++k) {
+      dev[k] = hn::Sub(mean[k], hn::Set(d, total[k]));
+      dev[k] = hn::Mul(dev[k], dev[k]);
+    }
+    const auto spread = SumOfLanes4(d, dev[0], dev[1], dev[2], dev[3]);
+    hn::Store(hn::MulAdd(spread, hn::Set(d4, n_lane), sum_m2), d4, sum);
+  }
+  for (size_t k = 0; k < 4; ++k) out[k] = Moments{count, total[k], sum[k]};
+#endif
+}
+
 // A pairwise Chan tree of per-lane blocks kept as a binary counter: level l (at
 // mean_levels / m2_levels + l * stride) holds the moments of 2^l blocks, and block b
 // completes the levels given by the trailing ones of b. Adds block b of `count` per
@@ -245,15 +312,26 @@ class BlockTree {
   // block; then the tree is empty again.
   template <class Src>
   Moments Finish(D d, const Src& src, size_t i, size_t end) {
-    const size_t N = hn::Lanes(d);
     Moments result = {0.0, 0.0f, 0.0f};
-    if (blocks_ != 0) {
-      V mean, m2;
-      const float count = CollapseLaneTree<kCenter>(d, blocks_, static_cast<float>(kBlock),
-                                                    mean_, m2_, N, mean, m2);
-      result = ReduceLanes<kCenter>(d, mean, m2, count);
-      blocks_ = 0;
-    }
+    V mean, m2;
+    const float count = TakeLanes(d, mean, m2);
+    if (count != 0.0f) result = ReduceLanes<kCenter>(d, mean, m2, count);
+    return AddTail(d, src, i, end, result);
+  }
+
+  // The per-lane moments of the blocks added so far, and their count per lane (0, with
+  // zero moments, for none); then the tree is empty again.
+  float TakeLanes(D d, V& mean, V& m2) {
+    const float count = CollapseLaneTree<kCenter>(d, blocks_, static_cast<float>(kBlock),
+                                                  mean_, m2_, hn::Lanes(d), mean, m2);
+    blocks_ = 0;
+    return count;
+  }
+
+  // `result` merged with the moments of src's elements [i, end), fewer than a block.
+  template <class Src>
+  static Moments AddTail(D d, const Src& src, size_t i, size_t end, Moments result) {
+    const size_t N = hn::Lanes(d);
     // Whole vectors left over: one shorter block.
     const size_t nvec = (end - i) / N;
     if (nvec != 0) {

@@ -57,37 +57,6 @@ HWY_INLINE V PairwiseSum(V (&t)[n]) {
   return t[0];
 }
 
-#if HWY_TARGET != HWY_SCALAR
-// The sum of v's 128-bit blocks, as one block.
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE hn::Vec<hn::CappedTag<float, 4>> SumOfBlocks(D d, V v) {
-  if constexpr (hn::MaxLanes(D()) > 4) {
-    const hn::Half<D> dh;
-    return SumOfBlocks(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
-  } else {
-    (void)d;
-    return v;
-  }
-}
-
-// Four rows' lane sums at once: lane i of the 128-bit result is the sum of all lanes of
-// s[i]. Two interleaving steps then halving the width: 13-17 operations where four
-// horizontal reductions take 28-32 (rows of a few vectors spend most of their work
-// here). Pairwise throughout, so equal lanes (a constant row) still sum exactly.
-template <class D, class V = hn::Vec<D>>
-HWY_INLINE hn::Vec<hn::CappedTag<float, 4>> SumOfLanes4(D d, V s0, V s1, V s2, V s3) {
-  // Within each 128-bit block: lane i = row i's sum of that block.
-  const V u01 = hn::Add(hn::InterleaveLower(d, s0, s1), hn::InterleaveUpper(d, s0, s1));
-  const V u23 = hn::Add(hn::InterleaveLower(d, s2, s3), hn::InterleaveUpper(d, s2, s3));
-  const hn::Repartition<uint64_t, D> d64;
-  const auto a = hn::BitCast(d64, u01);
-  const auto b = hn::BitCast(d64, u23);
-  const V w = hn::Add(hn::BitCast(d, hn::InterleaveLower(d64, a, b)),
-                      hn::BitCast(d, hn::InterleaveUpper(d64, a, b)));
-  return SumOfBlocks(d, w);
-}
-#endif
-
 // y of rows [r, r + kRows) from their deviations v (RMSNorm: values) and rstd;
 // rows whose bit is set in `skip` are not written.
 template <size_t kVecs, size_t kRows, class D, class V = hn::Vec<D>>
