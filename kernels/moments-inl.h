@@ -85,7 +85,7 @@ HWY_INLINE void BlockMoments(D d, const Src& src, size_t i, size_t nvec, V& mean
 // The same for a full block of kVecs vectors (a power of two), loaded once and kept in
 // registers (where vectors have a size; scalable ones read the block twice from L1).
 // The hot loop of every statistics pass, so its arithmetic is balanced over the two
-// kinds of FP pipes (Zen 4 adds on two, multiplies and FMAs on two others): the sum is
+// kinds of FP pipes (Zen 4 and 5 add on two, multiply and FMA on two others): the sum is
 // a pairwise tree of adds (exact for a constant lane: sums of 2^k equal values are
 // exact), half the deviations are FMAs x * 1 - mean (the same rounding as x - mean),
 // and the squares go to four accumulators so that their chains overlap.
