@@ -379,7 +379,7 @@ TEST_P(LayerNormTest, BitwiseEqualAcrossThreadCounts) {
 // partition). Ill-conditioned values, so that any change of summation order shows.
 TEST_P(LayerNormTest, RowAloneGivesTheBitsOfTheRowInAGroup) {
   for (Op op : kAllOps) {
-    for (size_t cols : {1, 3, 4, 8, 16, 32, 64, 128, 256, 768, 1024}) {
+    for (size_t cols : {1, 3, 4, 8, 16, 32, 64, 128, 256, 384, 768, 1000, 1024}) {
       const size_t rows = 9;
       const auto value = [](size_t i) {
         return 1e4f + static_cast<float>((i * 2654435761u) % 1000) * 1.37e-3f - 0.6f;
