@@ -214,7 +214,7 @@ void ApplyPlanes(const Planes& planes, int threads, bool stream,
 
 // Per-channel statistics of NHWC.
 nk_status ColumnStats(const ChannelNormKernels& k, const BatchNormJob& job, int threads,
-                      std::vector<SetStats>* stats) {
+                      bool stream, std::vector<SetStats>* stats) {
   const size_t c = job.c;
   const size_t rows = job.n * job.spatial;
   const size_t chunk_rows = ColumnChunkRows(c);
@@ -235,7 +235,7 @@ nk_status ColumnStats(const ChannelNormKernels& k, const BatchNormJob& job, int 
 #pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
   for (size_t ch = 0; ch < chunks; ++ch) {
     float* own = scratch.data() + static_cast<size_t>(omp_get_thread_num()) * scratch_floats;
-    k.column_moments(job.x + ch * chunk_rows * c, rows_in(ch, ch + 1), c, own,
+    k.column_moments(job.x + ch * chunk_rows * c, rows_in(ch, ch + 1), c, stream, own,
                      mean.data() + ch * c, m2.data() + ch * c);
   }
   // Pairwise tree over chunks: at width w, chunk a takes in chunk a + w.
@@ -318,7 +318,7 @@ Context ContextFor(const BatchNormJob& job) {
 // Statistics of every channel in either layout.
 nk_status AllStats(const Context& ctx, const BatchNormJob& job,
                    std::vector<SetStats>* stats) {
-  if (job.channels_last) return ColumnStats(ctx.k, job, ctx.threads, stats);
+  if (job.channels_last) return ColumnStats(ctx.k, job, ctx.threads, ctx.stream, stats);
   const Planes planes(ctx.k, job);
   if (ShortPlanes(ctx.k, job)) return ShortPlaneStats(ctx.k, job, planes, ctx.threads, stats);
   if (!ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {

@@ -55,9 +55,10 @@ struct ChannelNormKernels {
   void (*span_apply)(const float* x, size_t n, const SpanAffine& a, bool stream,
                      float* y);
   // Per-column moments (count `rows` each) of a [rows][c] matrix: mean[c], m2[c].
-  // scratch: ColumnScratchFloats(rows, c) floats.
-  void (*column_moments)(const float* x, size_t rows, size_t c, float* scratch,
-                         float* mean, float* m2);
+  // scratch: ColumnScratchFloats(rows, c) floats. from_memory: x is far larger than
+  // the cache, so its lines are asked for ahead of the reads.
+  void (*column_moments)(const float* x, size_t rows, size_t c, bool from_memory,
+                         float* scratch, float* mean, float* m2);
   // Chan merge of columns b into a, given the weights nb / n and na * nb / n.
   void (*merge_columns)(size_t c, float weight_b, float weight_ab, float* mean_a,
                         float* m2_a, const float* mean_b, const float* m2_b);
