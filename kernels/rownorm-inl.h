@@ -186,10 +186,11 @@ constexpr size_t kGroupRows = 4;
 constexpr size_t kGroupL1Bytes = 32 * 1024;
 
 // Per-lane moments of a row's whole vectors: its full blocks as SpanMoments takes them,
-// then the vectors left over as one shorter block merged lane by lane (LayerNorm of
-// 4 MiB, 384 / 640 / 960 columns, 1 thread: 0.46-0.49x of a copy with a reduction of
-// their own for them, where 512 and 768 columns ran at 0.67-0.70x). Returns the count
-// per lane. `ahead` (bytes, 0 for none) as in SpanMomentsAhead.
+// then the vectors left over as one shorter block merged lane by lane. (Reduced and
+// merged on their own, those vectors held LayerNorm of 4 MiB, 1 thread, at 0.46-0.49x
+// of a copy for 384 / 640 / 960 columns, against 0.67-0.70x for 512 and 768; merged
+// here, 9-16% faster.) Returns the count per lane. `ahead` (bytes, 0 for none) as in
+// SpanMomentsAhead.
 template <bool kCenter, class D, class Src, class V = hn::Vec<D>>
 HWY_INLINE float RowLanes(D d, const Src& src, size_t cols, size_t ahead, V& mean, V& m2) {
   BlockTree<kCenter, D> tree;
@@ -218,11 +219,11 @@ HWY_INLINE float RowLanes(D d, const Src& src, size_t cols, size_t ahead, V& mea
 
 // The moments of rows src[0, n) (n <= kGroupRows) from their RowLanes: the lanes of all
 // of them reduced at once (ReduceLanes4), then each row's last elements (fewer than a
-// vector) merged. With
-// FinalizeGroup, LayerNorm of 4 MiB, 1 thread, A/B in one process: 768 columns 10-12%
-// faster than a reduction per row, 1024 columns 4-6%, 4096 and 8192 unchanged. A group
-// of fewer rows repeats its first, so a row gets the same bits alone as beside others
-// (which rows share a group depends on the threads' partition).
+// vector) merged. With FinalizeGroup, LayerNorm of 4 MiB, 1 thread, A/B in one
+// process: 768 columns 10-12% faster than a reduction per row, 1024 columns 4-6%, 4096
+// and 8192 unchanged. A group of fewer rows repeats its first, so a row gets the same
+// bits alone as beside others (which rows share a group depends on the threads'
+// partition).
 template <bool kCenter, class D, class Src, class V = hn::Vec<D>>
 HWY_INLINE void RowMoments(D d, const Src* src, size_t n, size_t cols, float lane_count,
                            V (&mean)[kGroupRows], V (&m2)[kGroupRows], Moments* m) {
