@@ -196,13 +196,7 @@ void ColumnMomentsTree(const float* x, size_t rows, size_t c, bool from_memory,
       BlockMomentsOf<true>(
           d, [&](size_t k) HWY_ATTR { return hn::LoadU(d, xr + k * c + j); }, rest,
           rest_mean, rest_m2);
-      if (count == 0.0f) {
-        mean = rest_mean;
-        m2 = rest_m2;
-      } else {
-        MergeLanes<true>(d, mean, m2, rest_mean, rest_m2, count,
-                         static_cast<float>(rest));
-      }
+      AddLanes<true>(d, mean, m2, count, rest_mean, rest_m2, static_cast<float>(rest));
     }
     hn::StoreU(mean, d, mean_out + j);
     hn::StoreU(m2, d, m2_out + j);

@@ -145,6 +145,19 @@ HWY_INLINE void MergeLanes(D d, V& mean_a, V& m2_a, V mean_b, V m2_b, float na,
                     hn::Add(m2_a, m2_b));
 }
 
+// The same where a may be empty (na == 0: a becomes b); returns the count na + nb.
+template <bool kCenter, class D, class V = hn::Vec<D>>
+HWY_INLINE float AddLanes(D d, V& mean_a, V& m2_a, float na, V mean_b, V m2_b,
+                          float nb) {
+  if (na == 0.0f) {
+    mean_a = mean_b;
+    m2_a = m2_b;
+  } else {
+    MergeLanes<kCenter>(d, mean_a, m2_a, mean_b, m2_b, na, nb);
+  }
+  return na + nb;
+}
+
 // The same for equal counts n on both sides: no division, weights 1/2 and n/2.
 template <bool kCenter, class D, class V = hn::Vec<D>>
 HWY_INLINE void MergeEqualLanes(D d, V& mean_a, V& m2_a, V mean_b, V m2_b, float n) {

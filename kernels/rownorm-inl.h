@@ -205,14 +205,8 @@ HWY_INLINE float RowLanes(D d, const Src& src, size_t cols, size_t ahead, V& mea
   if (nvec != 0) {
     V rest_mean, rest_m2;
     BlockMoments<kCenter>(d, src, i, nvec, rest_mean, rest_m2);
-    const float n = static_cast<float>(nvec);
-    if (count == 0.0f) {
-      mean = rest_mean;
-      m2 = rest_m2;
-    } else {
-      MergeLanes<kCenter>(d, mean, m2, rest_mean, rest_m2, count, n);
-    }
-    count += n;
+    count = AddLanes<kCenter>(d, mean, m2, count, rest_mean, rest_m2,
+                              static_cast<float>(nvec));
   }
   return count;
 }
