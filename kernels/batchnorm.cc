@@ -22,6 +22,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/errors.h"
 #include "kernels/moments.h"
+#include "kernels/parallel.h"
 
 namespace nk {
 
@@ -156,10 +157,7 @@ nk_status ShortPlaneStats(const ChannelNormKernels& k, const BatchNormJob& job,
   } catch (const std::bad_alloc&) {
     return OutOfMemory(job);
   }
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const size_t parts = static_cast<size_t>(omp_get_num_threads());
-    const size_t t = static_cast<size_t>(omp_get_thread_num());
+  ForEachPart(threads, [&](size_t t, size_t parts) {
     const size_t c0 = PartBegin(job.c, t, parts), c1 = PartBegin(job.c, t + 1, parts);
     if (c1 > c0) {
       k.short_plane_moments(job.x, job.n, job.c, job.spatial, c0, c1,
@@ -170,7 +168,7 @@ nk_status ShortPlaneStats(const ChannelNormKernels& k, const BatchNormJob& job,
     for (size_t ci = 0; ci < job.c; ++ci) {
       (*stats)[ci] = planes.Stats(ci, moments[ci]);
     }
-  }
+  });
   return NK_OK;
 }
 
@@ -184,13 +182,12 @@ nk_status AllPlaneStats(const BatchNormJob& job, const Planes& planes, int threa
   } catch (const std::bad_alloc&) {
     return OutOfMemory(job);
   }
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-  for (size_t s = 0; s < planes.spans(); ++s) moments[s] = planes.SpanMoments(s, 1.0f);
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-  for (size_t ci = 0; ci < job.c; ++ci) {
+  ParallelFor(threads, planes.spans(),
+              [&](size_t s) { moments[s] = planes.SpanMoments(s, 1.0f); });
+  ParallelFor(threads, job.c, [&](size_t ci) {
     (*stats)[ci] = planes.Stats(
         ci, [&](size_t i) { return moments[planes.ChannelSpan(ci, i)]; });
-  }
+  });
   return NK_OK;
 }
 
@@ -198,8 +195,7 @@ nk_status AllPlaneStats(const BatchNormJob& job, const Planes& planes, int threa
 template <class AffineOf>
 void ApplyPlanes(const Planes& planes, int threads, bool stream,
                  const AffineOf& affine) {
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
+  ForEachPart(threads, [&](size_t, size_t) {
 #pragma omp for schedule(static) nowait
     for (size_t s = 0; s < planes.spans(); ++s) {
       size_t len, ci;
@@ -207,7 +203,7 @@ void ApplyPlanes(const Planes& planes, int threads, bool stream,
       planes.Apply(s, affine(ci), stream);
     }
     if (stream) hwy::FlushStream();
-  }
+  });
 }
 
 // ---------------------------------------------------------------- NHWC
@@ -232,12 +228,11 @@ nk_status ColumnStats(const ChannelNormKernels& k, const BatchNormJob& job, int 
   const auto rows_in = [&](size_t first, size_t end) {  // rows of chunks [first, end)
     return std::min(rows, end * chunk_rows) - first * chunk_rows;
   };
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-  for (size_t ch = 0; ch < chunks; ++ch) {
+  ParallelFor(threads, chunks, [&](size_t ch) {
     float* own = scratch.data() + static_cast<size_t>(omp_get_thread_num()) * scratch_floats;
     k.column_moments(job.x + ch * chunk_rows * c, rows_in(ch, ch + 1), c, stream, own,
                      mean.data() + ch * c, m2.data() + ch * c);
-  }
+  });
   // Pairwise tree over chunks: at width w, chunk a takes in chunk a + w.
   for (size_t w = 1; w < chunks; w *= 2) {
     for (size_t a = 0; a + w < chunks; a += 2 * w) {
@@ -249,13 +244,12 @@ nk_status ColumnStats(const ChannelNormKernels& k, const BatchNormJob& job, int 
                       m2.data() + (a + w) * c);
     }
   }
-#pragma omp parallel for num_threads(threads) if (threads > 1) schedule(static)
-  for (size_t ci = 0; ci < c; ++ci) {
+  ParallelFor(threads, c, [&](size_t ci) {
     const Moments first = {static_cast<double>(rows), mean[ci], m2[ci]};
     (*stats)[ci] = SetStatistics(
         first, job.eps, [&] { return k.strided_max_abs(job.x + ci, c, rows); },
         [&](float scale) { return k.strided_moments(job.x + ci, c, rows, scale); });
-  }
+  });
   return NK_OK;
 }
 
@@ -285,17 +279,14 @@ nk_status ApplyColumns(const ChannelNormKernels& k, const BatchNormJob& job, int
   const size_t rows = job.n * job.spatial;
   const size_t chunk_rows = ColumnChunkRows(c);
   const size_t chunks = (rows + chunk_rows - 1) / chunk_rows;
-#pragma omp parallel num_threads(threads) if (threads > 1)
-  {
-    const size_t parts = static_cast<size_t>(omp_get_num_threads());
-    const size_t t = static_cast<size_t>(omp_get_thread_num());
+  ForEachPart(threads, [&](size_t t, size_t parts) {
     const size_t r0 = std::min(rows, PartBegin(chunks, t, parts) * chunk_rows);
     const size_t r1 = std::min(rows, PartBegin(chunks, t + 1, parts) * chunk_rows);
     if (r1 > r0) {
       k.column_apply(job.x + r0 * c, r1 - r0, c, columns, stream, job.y + r0 * c);
     }
     if (stream) hwy::FlushStream();
-  }
+  });
   return NK_OK;
 }
 
@@ -329,8 +320,7 @@ nk_status AllStats(const Context& ctx, const BatchNormJob& job,
   } catch (const std::bad_alloc&) {
     return OutOfMemory(job);
   }
-#pragma omp parallel for num_threads(ctx.threads) if (ctx.threads > 1) schedule(static)
-  for (size_t ci = 0; ci < job.c; ++ci) (*stats)[ci] = planes.Stats(ci);
+  ParallelFor(ctx.threads, job.c, [&](size_t ci) { (*stats)[ci] = planes.Stats(ci); });
   return NK_OK;
 }
 
@@ -353,8 +343,7 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
       ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {
     // Each channel normalized right after its statistics, while it is in cache.
     const Planes planes(ctx.k, job);
-#pragma omp parallel num_threads(ctx.threads) if (ctx.threads > 1)
-    {
+    ForEachPart(ctx.threads, [&](size_t, size_t) {
 #pragma omp for schedule(static) nowait
       for (size_t ci = 0; ci < job.c; ++ci) {
         const SetStats st = planes.Stats(ci);
@@ -365,7 +354,7 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
         }
       }
       if (ctx.stream) hwy::FlushStream();
-    }
+    });
     return NK_OK;
   }
   std::vector<SetStats> stats;

@@ -2,7 +2,6 @@
 // over chunks of long rows, run with OpenMP on the selected target's kernels.
 #include "kernels/layernorm.h"
 
-#include <omp.h>
 
 #include <stdint.h>
 
@@ -13,6 +12,7 @@
 #include "kernels/dispatch.h"
 #include "kernels/errors.h"
 #include "kernels/moments.h"
+#include "kernels/parallel.h"
 
 namespace nk {
 namespace {
@@ -36,12 +36,11 @@ nk_status RunChunked(const RowNormKernels& k, const RowNormJob& job, int threads
     *c0 = (item % nchunks) * kChunk;
     *n = std::min(kChunk, job.cols - *c0);
   };
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (size_t item = 0; item < items; ++item) {
+  ParallelFor(threads, items, [&](size_t item) {
     size_t row, c0, n;
     chunk(item, &row, &c0, &n);
     moments[item] = k.moments(job, row, c0, n, 1.0f, true);
-  }
+  });
   for (size_t row = 0; row < job.rows; ++row) {
     const Moments first = MergePairwise(
         0, nchunks, [&](size_t c) { return moments[row * nchunks + c]; });
@@ -54,12 +53,11 @@ nk_status RunChunked(const RowNormKernels& k, const RowNormJob& job, int threads
     if (job.mean != nullptr) job.mean[row] = stats[row].mean_out;
     if (job.rstd != nullptr) job.rstd[row] = stats[row].rstd_out;
   }
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (size_t item = 0; item < items; ++item) {
+  ParallelFor(threads, items, [&](size_t item) {
     size_t row, c0, n;
     chunk(item, &row, &c0, &n);
     k.apply(job, row, c0, n, stats[row]);
-  }
+  });
   return NK_OK;
 }
 
@@ -108,19 +106,12 @@ nk_status RunRowNorm(RowNormJob job) {
   const size_t elements = job.rows * job.cols;
   job.stream = elements * sizeof(float) >= kStreamBytes;
   const int threads = ThreadsFor(elements);
-  if (threads <= 1) {
-    k.rows(job, 0, job.rows);
-    return NK_OK;
-  }
-  if (job.cols > kChunk && job.rows < 4 * static_cast<size_t>(threads)) {
+  if (threads > 1 && job.cols > kChunk && job.rows < 4 * static_cast<size_t>(threads)) {
     return RunChunked(k, job, threads);
   }
-#pragma omp parallel num_threads(threads)
-  {
-    const size_t parts = static_cast<size_t>(omp_get_num_threads());
-    const size_t t = static_cast<size_t>(omp_get_thread_num());
+  ForEachPart(threads, [&](size_t t, size_t parts) {
     k.rows(job, PartBegin(job.rows, t, parts), PartBegin(job.rows, t + 1, parts));
-  }
+  });
   return NK_OK;
 }
 
