@@ -14,8 +14,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <new>
-#include <vector>
 
 #include "hwy/cache_control.h"
 #include "kernels/channelnorm.h"
@@ -23,6 +21,7 @@
 #include "kernels/errors.h"
 #include "kernels/moments.h"
 #include "kernels/parallel.h"
+#include "kernels/workspace.h"
 
 namespace nk {
 
@@ -146,27 +145,23 @@ bool ShortPlanes(const ChannelNormKernels& k, const BatchNormJob& job) {
 }
 
 nk_status ShortPlaneStats(const ChannelNormKernels& k, const BatchNormJob& job,
-                          const Planes& planes, int threads, std::vector<SetStats>* stats) {
-  std::vector<Moments> moments;
-  std::vector<float> scratch;
+                          const Planes& planes, int threads, SetStats* stats) {
   const size_t per_thread = k.short_plane_scratch(job.n, (job.c + threads - 1) / threads);
-  try {
-    moments.resize(job.c);
-    scratch.resize(per_thread * static_cast<size_t>(threads));
-    stats->resize(job.c);
-  } catch (const std::bad_alloc&) {
-    return OutOfMemory(job);
-  }
+  Workspace<Moments, struct ShortPlaneMomentsTag> moments_ws;
+  Workspace<float, struct ShortPlaneScratchTag> scratch_ws;
+  Moments* moments = moments_ws.Get(job.c);
+  float* scratch = scratch_ws.Get(per_thread * static_cast<size_t>(threads));
+  if (moments == nullptr || scratch == nullptr) return OutOfMemory(job);
   ForEachPart(threads, [&](size_t t, size_t parts) {
     const size_t c0 = PartBegin(job.c, t, parts), c1 = PartBegin(job.c, t + 1, parts);
     if (c1 > c0) {
       k.short_plane_moments(job.x, job.n, job.c, job.spatial, c0, c1,
-                            scratch.data() + t * per_thread, moments.data() + c0);
+                            scratch + t * per_thread, moments + c0);
     }
 #pragma omp barrier
 #pragma omp for schedule(static)
     for (size_t ci = 0; ci < job.c; ++ci) {
-      (*stats)[ci] = planes.Stats(ci, moments[ci]);
+      stats[ci] = planes.Stats(ci, moments[ci]);
     }
   });
   return NK_OK;
@@ -174,18 +169,14 @@ nk_status ShortPlaneStats(const ChannelNormKernels& k, const BatchNormJob& job,
 
 // Statistics of every channel, all spans measured in parallel.
 nk_status AllPlaneStats(const BatchNormJob& job, const Planes& planes, int threads,
-                        std::vector<SetStats>* stats) {
-  std::vector<Moments> moments;
-  try {
-    moments.resize(planes.spans());
-    stats->resize(job.c);
-  } catch (const std::bad_alloc&) {
-    return OutOfMemory(job);
-  }
+                        SetStats* stats) {
+  Workspace<Moments, struct SpanMomentsTag> moments_ws;
+  Moments* moments = moments_ws.Get(planes.spans());
+  if (moments == nullptr) return OutOfMemory(job);
   ParallelFor(threads, planes.spans(),
               [&](size_t s) { moments[s] = planes.SpanMoments(s, 1.0f); });
   ParallelFor(threads, job.c, [&](size_t ci) {
-    (*stats)[ci] = planes.Stats(
+    stats[ci] = planes.Stats(
         ci, [&](size_t i) { return moments[planes.ChannelSpan(ci, i)]; });
   });
   return NK_OK;
@@ -210,28 +201,26 @@ void ApplyPlanes(const Planes& planes, int threads, bool stream,
 
 // Per-channel statistics of NHWC.
 nk_status ColumnStats(const ChannelNormKernels& k, const BatchNormJob& job, int threads,
-                      bool stream, std::vector<SetStats>* stats) {
+                      bool stream, SetStats* stats) {
   const size_t c = job.c;
   const size_t rows = job.n * job.spatial;
   const size_t chunk_rows = ColumnChunkRows(c);
   const size_t chunks = (rows + chunk_rows - 1) / chunk_rows;
   const size_t scratch_floats = ColumnScratchFloats(chunk_rows, c);
-  std::vector<float> mean, m2, scratch;
-  try {
-    mean.resize(chunks * c);
-    m2.resize(chunks * c);
-    scratch.resize(static_cast<size_t>(threads) * scratch_floats);
-    stats->resize(c);
-  } catch (const std::bad_alloc&) {
-    return OutOfMemory(job);
-  }
+  Workspace<float, struct ColumnMeanTag> mean_ws;
+  Workspace<float, struct ColumnM2Tag> m2_ws;
+  Workspace<float, struct ColumnScratchTag> scratch_ws;
+  float* mean = mean_ws.Get(chunks * c);
+  float* m2 = m2_ws.Get(chunks * c);
+  float* scratch = scratch_ws.Get(static_cast<size_t>(threads) * scratch_floats);
+  if (mean == nullptr || m2 == nullptr || scratch == nullptr) return OutOfMemory(job);
   const auto rows_in = [&](size_t first, size_t end) {  // rows of chunks [first, end)
     return std::min(rows, end * chunk_rows) - first * chunk_rows;
   };
   ParallelFor(threads, chunks, [&](size_t ch) {
-    float* own = scratch.data() + static_cast<size_t>(omp_get_thread_num()) * scratch_floats;
+    float* own = scratch + static_cast<size_t>(omp_get_thread_num()) * scratch_floats;
     k.column_moments(job.x + ch * chunk_rows * c, rows_in(ch, ch + 1), c, stream, own,
-                     mean.data() + ch * c, m2.data() + ch * c);
+                     mean + ch * c, m2 + ch * c);
   });
   // Pairwise tree over chunks: at width w, chunk a takes in chunk a + w.
   for (size_t w = 1; w < chunks; w *= 2) {
@@ -240,13 +229,12 @@ nk_status ColumnStats(const ChannelNormKernels& k, const BatchNormJob& job, int 
       const double nb = static_cast<double>(rows_in(a + w, std::min(chunks, a + 2 * w)));
       const double n = na + nb;
       k.merge_columns(c, static_cast<float>(nb / n), static_cast<float>(na * nb / n),
-                      mean.data() + a * c, m2.data() + a * c, mean.data() + (a + w) * c,
-                      m2.data() + (a + w) * c);
+                      mean + a * c, m2 + a * c, mean + (a + w) * c, m2 + (a + w) * c);
     }
   }
   ParallelFor(threads, c, [&](size_t ci) {
     const Moments first = {static_cast<double>(rows), mean[ci], m2[ci]};
-    (*stats)[ci] = SetStatistics(
+    stats[ci] = SetStatistics(
         first, job.eps, [&] { return k.strided_max_abs(job.x + ci, c, rows); },
         [&](float scale) { return k.strided_moments(job.x + ci, c, rows, scale); });
   });
@@ -255,15 +243,12 @@ nk_status ColumnStats(const ChannelNormKernels& k, const BatchNormJob& job, int 
 
 // y = affine per column, over chunks of rows split among threads.
 nk_status ApplyColumns(const ChannelNormKernels& k, const BatchNormJob& job, int threads,
-                       bool stream, const std::vector<SpanAffine>& affine) {
+                       bool stream, const SpanAffine* affine) {
   const size_t c = job.c;
-  std::vector<float> params;
+  Workspace<float, struct ColumnParamsTag> params_ws;
+  float* params = params_ws.Get(5 * c);
+  if (params == nullptr) return OutOfMemory(job);
   bool scaled = false;
-  try {
-    params.resize(5 * c);
-  } catch (const std::bad_alloc&) {
-    return OutOfMemory(job);
-  }
   for (size_t ci = 0; ci < c; ++ci) {
     params[ci] = affine[ci].scale;
     params[c + ci] = affine[ci].shift;
@@ -272,10 +257,9 @@ nk_status ApplyColumns(const ChannelNormKernels& k, const BatchNormJob& job, int
     params[4 * c + ci] = affine[ci].add;
     scaled |= affine[ci].scale != 1.0f;
   }
-  const ColumnAffine columns = {scaled ? params.data() : nullptr,
-                                affine[0].center ? params.data() + c : nullptr,
-                                params.data() + 2 * c, params.data() + 3 * c,
-                                params.data() + 4 * c};
+  const ColumnAffine columns = {scaled ? params : nullptr,
+                                affine[0].center ? params + c : nullptr, params + 2 * c,
+                                params + 3 * c, params + 4 * c};
   const size_t rows = job.n * job.spatial;
   const size_t chunk_rows = ColumnChunkRows(c);
   const size_t chunks = (rows + chunk_rows - 1) / chunk_rows;
@@ -307,20 +291,14 @@ Context ContextFor(const BatchNormJob& job) {
 }
 
 // Statistics of every channel in either layout.
-nk_status AllStats(const Context& ctx, const BatchNormJob& job,
-                   std::vector<SetStats>* stats) {
+nk_status AllStats(const Context& ctx, const BatchNormJob& job, SetStats* stats) {
   if (job.channels_last) return ColumnStats(ctx.k, job, ctx.threads, ctx.stream, stats);
   const Planes planes(ctx.k, job);
   if (ShortPlanes(ctx.k, job)) return ShortPlaneStats(ctx.k, job, planes, ctx.threads, stats);
   if (!ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {
     return AllPlaneStats(job, planes, ctx.threads, stats);
   }
-  try {
-    stats->resize(job.c);
-  } catch (const std::bad_alloc&) {
-    return OutOfMemory(job);
-  }
-  ParallelFor(ctx.threads, job.c, [&](size_t ci) { (*stats)[ci] = planes.Stats(ci); });
+  ParallelFor(ctx.threads, job.c, [&](size_t ci) { stats[ci] = planes.Stats(ci); });
   return NK_OK;
 }
 
@@ -357,15 +335,13 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
     });
     return NK_OK;
   }
-  std::vector<SetStats> stats;
-  std::vector<SpanAffine> affine;
-  nk_status status = AllStats(ctx, job, &stats);
+  Workspace<SetStats, struct TrainingStatsTag> stats_ws;
+  Workspace<SpanAffine, struct TrainingAffineTag> affine_ws;
+  SetStats* stats = stats_ws.Get(job.c);
+  SpanAffine* affine = affine_ws.Get(job.c);
+  if (stats == nullptr || affine == nullptr) return OutOfMemory(job);
+  const nk_status status = AllStats(ctx, job, stats);
   if (status != NK_OK) return status;
-  try {
-    affine.resize(job.c);
-  } catch (const std::bad_alloc&) {
-    return OutOfMemory(job);
-  }
   for (size_t ci = 0; ci < job.c; ++ci) {
     outputs(ci, stats[ci]);
     affine[ci] = TrainingAffine(job, ci, stats[ci]);
@@ -379,12 +355,9 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
 nk_status BatchNormInference(const BatchNormJob& job, const float* mean,
                              const float* var) {
   const Context ctx = ContextFor(job);
-  std::vector<SpanAffine> affine;
-  try {
-    affine.resize(job.c);
-  } catch (const std::bad_alloc&) {
-    return OutOfMemory(job);
-  }
+  Workspace<SpanAffine, struct InferenceAffineTag> affine_ws;
+  SpanAffine* affine = affine_ws.Get(job.c);
+  if (affine == nullptr) return OutOfMemory(job);
   for (size_t ci = 0; ci < job.c; ++ci) {
     affine[ci] = InferenceAffine(job, ci, mean[ci], var[ci]);
   }
@@ -396,8 +369,10 @@ nk_status BatchNormInference(const BatchNormJob& job, const float* mean,
 
 nk_status BatchNormMoments(const BatchNormJob& job, float* mean, float* m2) {
   const Context ctx = ContextFor(job);
-  std::vector<SetStats> stats;
-  const nk_status status = AllStats(ctx, job, &stats);
+  Workspace<SetStats, struct MomentsStatsTag> stats_ws;
+  SetStats* stats = stats_ws.Get(job.c);
+  if (stats == nullptr) return OutOfMemory(job);
+  const nk_status status = AllStats(ctx, job, stats);
   if (status != NK_OK) return status;
   for (size_t ci = 0; ci < job.c; ++ci) {
     mean[ci] = stats[ci].mean_out;
