@@ -104,6 +104,29 @@ TEST_P(BatchNorm, OptionalArgumentsMisalignedAndInPlace) {
   }
 }
 
+// Wide NHWC rows (ResNet's 512-2048 channels) are mapped row by row, in the cache and
+// streamed (2048 channels); 1000 is not a whole number of vectors. Calls of decreasing
+// size reuse the buffers the thread kept from the larger ones.
+TEST_P(BatchNorm, WideChannelsLast) {
+  struct Shape {
+    size_t n, c, spatial, misalign;
+    bool in_place;
+  };
+  for (const Shape& s : {Shape{1, 2048, 2049, 0, false}, Shape{1, 2048, 49, 1, false},
+                         Shape{2, 1024, 97, 0, true}, Shape{3, 1000, 13, 2, false},
+                         Shape{8, 512, 49, 3, true}, Shape{2, 512, 1, 0, false}}) {
+    for (bool training : {true, false}) {
+      BnCase k;
+      k.n = s.n, k.c = s.c, k.spatial = s.spatial, k.layout = NK_LAYOUT_NHWC;
+      k.misalign = s.misalign, k.in_place = s.in_place, k.training = training;
+      ASSERT_EQ(RunAndCheckBn(k), 0);
+    }
+  }
+  BnCase k;
+  k.n = 8, k.c = 1024, k.spatial = 49, k.layout = NK_LAYOUT_NHWC;
+  ExpectSameBitsForThreadCounts(k, {1, 2, 3});
+}
+
 // Tensors far larger than the cache (x and y over 32 MiB) take the streaming stores;
 // narrow NHWC rows stream through their widened period.
 TEST_P(BatchNorm, LargeTensorsStream) {
