@@ -76,7 +76,7 @@ void RegisterBatchNorm(Op op, const std::string& isa, Shape s, bool nhwc, int th
 }
 
 constexpr Shape kShapes[] = {{32, 64, 56, 56}, {256, 256, 14, 14}, {8, 512, 7, 7},
-                             {1, 64, 112, 112}};
+                             {8, 2048, 7, 7},  {1, 64, 112, 112}};
 
 // The SyncBatchNorm steps between processes: merge and running update over c channels
 // (per-channel vectors counted once each: 4 in and 2 out, or 2 in and 2 updated).
