@@ -260,12 +260,15 @@ nk_status ApplyColumns(const ChannelNormKernels& k, const BatchNormJob& job, int
   const ColumnAffine columns = {scaled ? params : nullptr,
                                 affine[0].center ? params + c : nullptr, params + 2 * c,
                                 params + 3 * c, params + 4 * c};
+  // Equal parts in blocks of 16 rows (a narrow row's period, see ColumnPeriodRows): the
+  // map is per element, so any partition gives the same bits. (Parts of whole
+  // statistics chunks split 8x512x7x7's 392 rows 256 / 136.)
+  constexpr size_t kRowBlock = 16;
   const size_t rows = job.n * job.spatial;
-  const size_t chunk_rows = ColumnChunkRows(c);
-  const size_t chunks = (rows + chunk_rows - 1) / chunk_rows;
+  const size_t blocks = (rows + kRowBlock - 1) / kRowBlock;
   ForEachPart(threads, [&](size_t t, size_t parts) {
-    const size_t r0 = std::min(rows, PartBegin(chunks, t, parts) * chunk_rows);
-    const size_t r1 = std::min(rows, PartBegin(chunks, t + 1, parts) * chunk_rows);
+    const size_t r0 = std::min(rows, PartBegin(blocks, t, parts) * kRowBlock);
+    const size_t r1 = std::min(rows, PartBegin(blocks, t + 1, parts) * kRowBlock);
     if (r1 > r0) {
       k.column_apply(job.x + r0 * c, r1 - r0, c, columns, stream, job.y + r0 * c);
     }
