@@ -10,8 +10,6 @@
 // ColumnChunkRows(c); per-column moments of each chunk merge in a pairwise tree.
 #include "kernels/batchnorm.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 
@@ -158,11 +156,7 @@ nk_status ShortPlaneStats(const ChannelNormKernels& k, const BatchNormJob& job,
       k.short_plane_moments(job.x, job.n, job.c, job.spatial, c0, c1,
                             scratch + t * per_thread, moments + c0);
     }
-#pragma omp barrier
-#pragma omp for schedule(static)
-    for (size_t ci = 0; ci < job.c; ++ci) {
-      stats[ci] = planes.Stats(ci, moments[ci]);
-    }
+    for (size_t ci = c0; ci < c1; ++ci) stats[ci] = planes.Stats(ci, moments[ci]);
   });
   return NK_OK;
 }
@@ -186,9 +180,9 @@ nk_status AllPlaneStats(const BatchNormJob& job, const Planes& planes, int threa
 template <class AffineOf>
 void ApplyPlanes(const Planes& planes, int threads, bool stream,
                  const AffineOf& affine) {
-  ForEachPart(threads, [&](size_t, size_t) {
-#pragma omp for schedule(static) nowait
-    for (size_t s = 0; s < planes.spans(); ++s) {
+  ForEachPart(threads, [&](size_t t, size_t parts) {
+    const size_t end = PartBegin(planes.spans(), t + 1, parts);
+    for (size_t s = PartBegin(planes.spans(), t, parts); s < end; ++s) {
       size_t len, ci;
       planes.Span(s, &len, &ci);
       planes.Apply(s, affine(ci), stream);
@@ -217,10 +211,13 @@ nk_status ColumnStats(const ChannelNormKernels& k, const BatchNormJob& job, int 
   const auto rows_in = [&](size_t first, size_t end) {  // rows of chunks [first, end)
     return std::min(rows, end * chunk_rows) - first * chunk_rows;
   };
-  ParallelFor(threads, chunks, [&](size_t ch) {
-    float* own = scratch + static_cast<size_t>(omp_get_thread_num()) * scratch_floats;
-    k.column_moments(job.x + ch * chunk_rows * c, rows_in(ch, ch + 1), c, stream, own,
-                     mean + ch * c, m2 + ch * c);
+  ForEachPart(threads, [&](size_t t, size_t parts) {
+    float* own = scratch + t * scratch_floats;
+    const size_t end = PartBegin(chunks, t + 1, parts);
+    for (size_t ch = PartBegin(chunks, t, parts); ch < end; ++ch) {
+      k.column_moments(job.x + ch * chunk_rows * c, rows_in(ch, ch + 1), c, stream, own,
+                       mean + ch * c, m2 + ch * c);
+    }
   });
   // Pairwise tree over chunks: at width w, chunk a takes in chunk a + w.
   for (size_t w = 1; w < chunks; w *= 2) {
@@ -324,9 +321,9 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
       ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {
     // Each channel normalized right after its statistics, while it is in cache.
     const Planes planes(ctx.k, job);
-    ForEachPart(ctx.threads, [&](size_t, size_t) {
-#pragma omp for schedule(static) nowait
-      for (size_t ci = 0; ci < job.c; ++ci) {
+    ForEachPart(ctx.threads, [&](size_t t, size_t parts) {
+      const size_t end = PartBegin(job.c, t + 1, parts);
+      for (size_t ci = PartBegin(job.c, t, parts); ci < end; ++ci) {
         const SetStats st = planes.Stats(ci);
         outputs(ci, st);
         const SpanAffine a = TrainingAffine(job, ci, st);

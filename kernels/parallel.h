@@ -12,8 +12,9 @@ namespace nk {
 // when threads <= 1. libgomp makes a system call (futex) for every region, a
 // one-thread team under if(false) included; on this machine's VM a system call costs
 // about 1 us and the passes right after it run slower (BatchNorm of 8x512x7x7 NHWC,
-// 1 thread, A/B: training 57 -> 48 us, inference 32 -> 29 us). fn may hold orphaned
-// `omp for` and `omp barrier`: outside a region they are a plain loop and nothing.
+// 1 thread, A/B: training 57 -> 48 us, inference 32 -> 29 us). fn must not hold
+// OpenMP constructs (`omp for`, `omp barrier`): run directly, they would bind to the
+// caller's own region, if any, and share one call's loop among the caller's threads.
 template <class Fn>
 void ForEachPart(int threads, const Fn& fn) {
   if (threads <= 1) {

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "batchnorm_case.h"
 #include "rownorm_case.h"
 #include "test_util.h"
 
@@ -57,6 +58,27 @@ TEST(Concurrency, InsideCallersOpenMpRegion) {
     c.rows = 64;
     c.cols = 1000 + i;
     if (CheckCase(c) < 0) ++failures;
+  }
+  nk_set_num_threads(0);
+  EXPECT_EQ(failures, 0);
+}
+
+// BatchNorm from inside the caller's region: short NCHW planes, whole channels per
+// thread, spans and NHWC rows, each small enough to run on the calling thread alone. A
+// kernel that ran on its caller's thread with OpenMP work-sharing in it would share
+// that loop with the caller's other threads, each inside a call of its own.
+TEST(Concurrency, BatchNormInsideCallersOpenMpRegion) {
+  ASSERT_EQ(nk_set_num_threads(2), NK_OK);
+  int failures = 0;
+#pragma omp parallel for num_threads(2) reduction(+ : failures)
+  for (int i = 0; i < 16; ++i) {
+    BnCase k;
+    k.n = 2 + i % 3;
+    k.c = 5 + i;
+    k.spatial = i % 2 == 0 ? 7 : 300;
+    k.layout = i % 4 < 2 ? NK_LAYOUT_NCHW : NK_LAYOUT_NHWC;
+    k.training = i % 8 < 6;
+    failures += RunAndCheckBn(k);
   }
   nk_set_num_threads(0);
   EXPECT_EQ(failures, 0);
