@@ -78,7 +78,7 @@ def selected(data, isa):
         return (c["kernel"] == "layernorm" and m and int(m.group(1)) in (64, 1024, 8192)
                 and size_mib(c) in (4, 64))
     bn = ("batchnorm_training", "batchnorm_inference")
-    bn_shapes = ("32x64x56x56", "256x256x14x14", "8x512x7x7", "1x64x112x112")
+    bn_shapes = ("32x64x56x56", "256x256x14x14", "8x512x7x7", "8x2048x7x7", "1x64x112x112")
     rows = [c for c in data["cases"] if c["isa"] == isa and
             (ln(c) or (c["kernel"] in bn and c["shape"].split()[0] in bn_shapes))]
     order = ["layernorm"] + list(bn)
