@@ -377,13 +377,10 @@ HWY_INLINE void AffineColumns(const float* x, size_t rows, size_t c,
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   if (c % N == 0) {
-    // Blocks of rows, four vector columns at a time, with their parameters held in
-    // registers. Reloading the parameters for every row is held up by the stores of
-    // the rows before (loads wait behind stores to the same address modulo 4 KiB, and
-    // rows of a few KiB store to every such address): inference of 8x512x7x7 NHWC,
-    // 1 thread, took 44 us that way and 32 us in this loop, and c = 256 streamed at half
-    // speed in some placements of the parameter arrays. Blocks of 32 rows keep the
-    // reads of x close to sequential.
+    // Rows shorter than kRowsMinBytes: blocks of 32 rows, four vector columns at a time,
+    // with their parameters held in registers (c = 256 streamed at half speed with the
+    // parameters reloaded for every row, in some placements of the parameter arrays).
+    // Wider rows go row by row (AffineRows).
     //
     // Streamed (far larger than the cache; y aligned to the vector size): non-temporal
     // stores, and each element asks for the one a block below it: with the subtract of

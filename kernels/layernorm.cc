@@ -2,7 +2,6 @@
 // over chunks of long rows, run with OpenMP on the selected target's kernels.
 #include "kernels/layernorm.h"
 
-
 #include <stdint.h>
 
 #include <algorithm>

@@ -22,10 +22,12 @@ void ForEachPart(int threads, const Fn& fn) {
     return;
   }
 #pragma omp parallel num_threads(threads)
-  fn(static_cast<size_t>(omp_get_thread_num()), static_cast<size_t>(omp_get_num_threads()));
+  fn(static_cast<size_t>(omp_get_thread_num()),
+     static_cast<size_t>(omp_get_num_threads()));
 }
 
-// fn(i) for i in [0, n), statically scheduled over `threads` threads (as ForEachPart).
+// fn(i) for i in [0, n), statically scheduled over `threads` threads; as in
+// ForEachPart, fn holds no OpenMP constructs and does not ask for its thread number.
 template <class Fn>
 void ParallelFor(int threads, size_t n, const Fn& fn) {
   if (threads <= 1) {

@@ -16,7 +16,7 @@ constexpr size_t kKeptBytes = size_t{16} << 20;
 // keeps between calls, one per Tag. Allocated and freed by every call, buffers of
 // 128 KiB or more went back to the kernel (glibc's trim and mmap thresholds), and the
 // next call faulted their pages in again: BatchNorm statistics of 1x2048x7x7 NHWC,
-// 1 thread, took 328 us (two brk calls per call), a copy of it 6 us.
+// 1 thread, took 328 us (a brk system call or more per call; a copy of x: 4-6 us).
 template <class T, class Tag>
 class Workspace {
  public:
