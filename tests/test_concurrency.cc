@@ -48,18 +48,26 @@ TEST(Concurrency, CallersWhileSettingsChange) {
   EXPECT_EQ(failures.load(), 0);
 }
 
-TEST(Concurrency, InsideCallersOpenMpRegion) {
-  ASSERT_EQ(nk_set_num_threads(2), NK_OK);
+// The failures of check(i), i in [0, cases), called on two threads of the caller's
+// own OpenMP region while the library is set to two threads.
+template <class Check>
+int FailuresInsideCallersRegion(int cases, const Check& check) {
+  EXPECT_EQ(nk_set_num_threads(2), NK_OK);
   int failures = 0;
 #pragma omp parallel for num_threads(2) reduction(+ : failures)
-  for (int i = 0; i < 8; ++i) {
+  for (int i = 0; i < cases; ++i) failures += check(i);
+  nk_set_num_threads(0);
+  return failures;
+}
+
+TEST(Concurrency, InsideCallersOpenMpRegion) {
+  const int failures = FailuresInsideCallersRegion(8, [](int i) {
     Case c;
     c.op = kAllOps[i % 4];
     c.rows = 64;
     c.cols = 1000 + i;
-    if (CheckCase(c) < 0) ++failures;
-  }
-  nk_set_num_threads(0);
+    return CheckCase(c) < 0 ? 1 : 0;
+  });
   EXPECT_EQ(failures, 0);
 }
 
@@ -68,19 +76,15 @@ TEST(Concurrency, InsideCallersOpenMpRegion) {
 // kernel that ran on its caller's thread with OpenMP work-sharing in it would share
 // that loop with the caller's other threads, each inside a call of its own.
 TEST(Concurrency, BatchNormInsideCallersOpenMpRegion) {
-  ASSERT_EQ(nk_set_num_threads(2), NK_OK);
-  int failures = 0;
-#pragma omp parallel for num_threads(2) reduction(+ : failures)
-  for (int i = 0; i < 16; ++i) {
+  const int failures = FailuresInsideCallersRegion(16, [](int i) {
     BnCase k;
     k.n = 2 + i % 3;
     k.c = 5 + i;
     k.spatial = i % 2 == 0 ? 7 : 300;
     k.layout = i % 4 < 2 ? NK_LAYOUT_NCHW : NK_LAYOUT_NHWC;
     k.training = i % 8 < 6;
-    failures += RunAndCheckBn(k);
-  }
-  nk_set_num_threads(0);
+    return RunAndCheckBn(k);
+  });
   EXPECT_EQ(failures, 0);
 }
 
