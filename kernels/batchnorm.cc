@@ -11,6 +11,7 @@
 #include "kernels/batchnorm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 
 #include "hwy/cache_control.h"
@@ -193,83 +194,155 @@ void ApplyPlanes(const Planes& planes, int threads, bool stream,
 
 // ---------------------------------------------------------------- NHWC
 
-// Per-channel statistics of NHWC.
-nk_status ColumnStats(const ChannelNormKernels& k, const BatchNormJob& job, int threads,
-                      bool stream, SetStats* stats) {
-  const size_t c = job.c;
-  const size_t rows = job.n * job.spatial;
-  const size_t chunk_rows = ColumnChunkRows(c);
-  const size_t chunks = (rows + chunk_rows - 1) / chunk_rows;
-  const size_t scratch_floats = ColumnScratchFloats(chunk_rows, c);
-  Workspace<float, struct ColumnMeanTag> mean_ws;
-  Workspace<float, struct ColumnM2Tag> m2_ws;
-  Workspace<float, struct ColumnScratchTag> scratch_ws;
-  float* mean = mean_ws.Get(chunks * c);
-  float* m2 = m2_ws.Get(chunks * c);
-  float* scratch = scratch_ws.Get(static_cast<size_t>(threads) * scratch_floats);
-  if (mean == nullptr || m2 == nullptr || scratch == nullptr) return OutOfMemory(job);
-  const auto rows_in = [&](size_t first, size_t end) {  // rows of chunks [first, end)
-    return std::min(rows, end * chunk_rows) - first * chunk_rows;
-  };
-  ForEachPart(threads, [&](size_t t, size_t parts) {
-    float* own = scratch + t * scratch_floats;
-    const size_t end = PartBegin(chunks, t + 1, parts);
-    for (size_t ch = PartBegin(chunks, t, parts); ch < end; ++ch) {
-      k.column_moments(job.x + ch * chunk_rows * c, rows_in(ch, ch + 1), c, stream, own,
-                       mean + ch * c, m2 + ch * c);
-    }
-  });
-  // Pairwise tree over chunks: at width w, chunk a takes in chunk a + w.
-  for (size_t w = 1; w < chunks; w *= 2) {
-    for (size_t a = 0; a + w < chunks; a += 2 * w) {
-      const double na = static_cast<double>(rows_in(a, a + w));
-      const double nb = static_cast<double>(rows_in(a + w, std::min(chunks, a + 2 * w)));
-      const double n = na + nb;
-      k.merge_columns(c, static_cast<float>(nb / n), static_cast<float>(na * nb / n),
-                      mean + a * c, m2 + a * c, mean + (a + w) * c, m2 + (a + w) * c);
-    }
-  }
-  ParallelFor(threads, c, [&](size_t ci) {
-    const Moments first = {static_cast<double>(rows), mean[ci], m2[ci]};
-    stats[ci] = SetStatistics(
-        first, job.eps, [&] { return k.strided_max_abs(job.x + ci, c, rows); },
-        [&](float scale) { return k.strided_moments(job.x + ci, c, rows, scale); });
-  });
-  return NK_OK;
-}
+// An NHWC call, run in one OpenMP region: each thread measures its chunks of rows;
+// after a barrier it merges and finishes its part of the channels and sets their
+// affine maps; after another it maps its part of the rows. (Three regions, with the
+// per-channel finish and the parameter arrays on the calling thread, made two threads
+// slower than one on 8x512x7x7: a region costs 3-4 us on this VM, and the other thread
+// then read every parameter line from the calling thread's cache.)
+enum class ColumnPass { kMoments, kTraining, kInference };
 
-// y = affine per column, over chunks of rows split among threads.
-nk_status ApplyColumns(const ChannelNormKernels& k, const BatchNormJob& job, int threads,
-                       bool stream, const SpanAffine* affine) {
-  const size_t c = job.c;
-  Workspace<float, struct ColumnParamsTag> params_ws;
-  float* params = params_ws.Get(5 * c);
-  if (params == nullptr) return OutOfMemory(job);
-  bool scaled = false;
-  for (size_t ci = 0; ci < c; ++ci) {
-    params[ci] = affine[ci].scale;
-    params[c + ci] = affine[ci].shift;
-    params[2 * c + ci] = affine[ci].rstd;
-    params[3 * c + ci] = affine[ci].mul;
-    params[4 * c + ci] = affine[ci].add;
-    scaled |= affine[ci].scale != 1.0f;
-  }
-  const ColumnAffine columns = {scaled ? params : nullptr,
-                                affine[0].center ? params + c : nullptr, params + 2 * c,
-                                params + 3 * c, params + 4 * c};
-  // Equal parts in blocks of 16 rows (a narrow row's period, see ColumnPeriodRows): the
-  // map is per element, so any partition gives the same bits. (Parts of whole
-  // statistics chunks split 8x512x7x7's 392 rows 256 / 136.)
-  constexpr size_t kRowBlock = 16;
-  const size_t rows = job.n * job.spatial;
-  const size_t blocks = (rows + kRowBlock - 1) / kRowBlock;
-  ForEachPart(threads, [&](size_t t, size_t parts) {
-    const size_t r0 = std::min(rows, PartBegin(blocks, t, parts) * kRowBlock);
-    const size_t r1 = std::min(rows, PartBegin(blocks, t + 1, parts) * kRowBlock);
-    if (r1 > r0) {
-      k.column_apply(job.x + r0 * c, r1 - r0, c, columns, stream, job.y + r0 * c);
+class Columns {
+ public:
+  Columns(const ChannelNormKernels& k, const BatchNormJob& job, int threads, bool stream)
+      : k_(k),
+        job_(job),
+        threads_(threads),
+        stream_(stream),
+        rows_(job.n * job.spatial),
+        chunk_rows_(ColumnChunkRows(job.c)),
+        chunks_((rows_ + chunk_rows_ - 1) / chunk_rows_),
+        scratch_floats_(ColumnScratchFloats(chunk_rows_, job.c)) {}
+
+  // The buffers of the statistics (`measure`) and of the affine map (`apply`), taken
+  // before anything is written; false when out of memory.
+  bool Reserve(bool measure, bool apply) {
+    const size_t c = job_.c;
+    if (measure) {
+      mean_ = mean_ws_.Get(chunks_ * c);
+      m2_ = m2_ws_.Get(chunks_ * c);
+      scratch_ = scratch_ws_.Get(static_cast<size_t>(threads_) * scratch_floats_);
+      if (mean_ == nullptr || m2_ == nullptr || scratch_ == nullptr) return false;
     }
-    if (stream) hwy::FlushStream();
+    if (apply) {
+      params_ = params_ws_.Get(5 * c);
+      if (params_ == nullptr) return false;
+    }
+    return true;
+  }
+
+  // Part t of `parts`: the per-column moments of its chunks of rows.
+  void Measure(size_t t, size_t parts) {
+    const size_t c = job_.c;
+    float* own = scratch_ + t * scratch_floats_;
+    const size_t end = PartBegin(chunks_, t + 1, parts);
+    for (size_t ch = PartBegin(chunks_, t, parts); ch < end; ++ch) {
+      k_.column_moments(job_.x + ch * chunk_rows_ * c, RowsIn(ch, ch + 1), c, stream_, own,
+                        mean_ + ch * c, m2_ + ch * c);
+    }
+  }
+
+  // Once every part is measured: the chunks' moments of channels [c0, c1) merged into
+  // chunk 0's, in a pairwise tree (at width w, chunk a takes in chunk a + w). The merge
+  // is per column, so the channels' partition does not change the bits.
+  void Merge(size_t c0, size_t c1) {
+    const size_t c = job_.c;
+    if (c1 <= c0) return;
+    for (size_t w = 1; w < chunks_; w *= 2) {
+      for (size_t a = 0; a + w < chunks_; a += 2 * w) {
+        const double na = static_cast<double>(RowsIn(a, a + w));
+        const double nb = static_cast<double>(RowsIn(a + w, std::min(chunks_, a + 2 * w)));
+        const double n = na + nb;
+        k_.merge_columns(c1 - c0, static_cast<float>(nb / n),
+                         static_cast<float>(na * nb / n), mean_ + a * c + c0,
+                         m2_ + a * c + c0, mean_ + (a + w) * c + c0,
+                         m2_ + (a + w) * c + c0);
+      }
+    }
+  }
+
+  // Once merged: channel ci's statistics.
+  SetStats Stats(size_t ci) const {
+    const size_t c = job_.c;
+    const Moments first = {static_cast<double>(rows_), mean_[ci], m2_[ci]};
+    return SetStatistics(
+        first, job_.eps, [&] { return k_.strided_max_abs(job_.x + ci, c, rows_); },
+        [&](float scale) { return k_.strided_moments(job_.x + ci, c, rows_, scale); });
+  }
+
+  // Channel ci's affine map, for Apply.
+  void SetAffine(size_t ci, const SpanAffine& a) {
+    const size_t c = job_.c;
+    params_[ci] = a.scale;
+    params_[c + ci] = a.shift;
+    params_[2 * c + ci] = a.rstd;
+    params_[3 * c + ci] = a.mul;
+    params_[4 * c + ci] = a.add;
+    if (a.scale != 1.0f) scaled_.store(true, std::memory_order_relaxed);
+  }
+
+  // Once every channel's map is set: part t of the rows mapped, in equal parts of
+  // blocks of 16 rows (a narrow row's period, see ColumnPeriodRows). The map is per
+  // element, so any partition gives the same bits. (Parts of whole statistics chunks
+  // split 8x512x7x7's 392 rows 256 / 136.)
+  void Apply(size_t t, size_t parts, bool center) const {
+    const size_t c = job_.c;
+    const ColumnAffine columns = {scaled_.load(std::memory_order_relaxed) ? params_ : nullptr,
+                                  center ? params_ + c : nullptr, params_ + 2 * c,
+                                  params_ + 3 * c, params_ + 4 * c};
+    constexpr size_t kRowBlock = 16;
+    const size_t blocks = (rows_ + kRowBlock - 1) / kRowBlock;
+    const size_t r0 = std::min(rows_, PartBegin(blocks, t, parts) * kRowBlock);
+    const size_t r1 = std::min(rows_, PartBegin(blocks, t + 1, parts) * kRowBlock);
+    if (r1 > r0) {
+      k_.column_apply(job_.x + r0 * c, r1 - r0, c, columns, stream_, job_.y + r0 * c);
+    }
+    if (stream_) hwy::FlushStream();
+  }
+
+ private:
+  size_t RowsIn(size_t first, size_t end) const {  // rows of chunks [first, end)
+    return std::min(rows_, end * chunk_rows_) - first * chunk_rows_;
+  }
+
+  const ChannelNormKernels& k_;
+  const BatchNormJob& job_;
+  const int threads_;
+  const bool stream_;
+  const size_t rows_, chunk_rows_, chunks_, scratch_floats_;
+  Workspace<float, struct ColumnMeanTag> mean_ws_;
+  Workspace<float, struct ColumnM2Tag> m2_ws_;
+  Workspace<float, struct ColumnScratchTag> scratch_ws_;
+  Workspace<float, struct ColumnParamsTag> params_ws_;
+  float* mean_ = nullptr;
+  float* m2_ = nullptr;
+  float* scratch_ = nullptr;
+  float* params_ = nullptr;  // scale, shift, rstd, mul, add: c each
+  std::atomic<bool> scaled_{false};
+};
+
+// One NHWC pass: finish(columns, ci) runs for each channel on the thread that owns it,
+// after the statistics (kMoments, kTraining); it sets the channel's affine map where
+// the pass applies one (kTraining, kInference).
+template <class Finish>
+nk_status RunColumns(const ChannelNormKernels& k, const BatchNormJob& job, int threads,
+                     bool stream, ColumnPass pass, const Finish& finish) {
+  const bool measure = pass != ColumnPass::kInference;
+  const bool apply = pass != ColumnPass::kMoments;
+  Columns columns(k, job, threads, stream);
+  if (!columns.Reserve(measure, apply)) return OutOfMemory(job);
+  SpinBarrier barrier;
+  ForEachPart(threads, [&](size_t t, size_t parts) {
+    if (measure) {
+      columns.Measure(t, parts);
+      barrier.Wait(parts);
+    }
+    const size_t c0 = PartBegin(job.c, t, parts), c1 = PartBegin(job.c, t + 1, parts);
+    if (measure) columns.Merge(c0, c1);
+    for (size_t ci = c0; ci < c1; ++ci) finish(columns, ci);
+    if (!apply) return;
+    barrier.Wait(parts);
+    columns.Apply(t, parts, pass == ColumnPass::kTraining);
   });
   return NK_OK;
 }
@@ -290,9 +363,8 @@ Context ContextFor(const BatchNormJob& job) {
           2 * elements * sizeof(float) >= kStreamBytes};
 }
 
-// Statistics of every channel in either layout.
+// Statistics of every channel of NCHW.
 nk_status AllStats(const Context& ctx, const BatchNormJob& job, SetStats* stats) {
-  if (job.channels_last) return ColumnStats(ctx.k, job, ctx.threads, ctx.stream, stats);
   const Planes planes(ctx.k, job);
   if (ShortPlanes(ctx.k, job)) return ShortPlaneStats(ctx.k, job, planes, ctx.threads, stats);
   if (!ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {
@@ -317,7 +389,15 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
                     running_var + ci);
     }
   };
-  if (!job.channels_last && !ShortPlanes(ctx.k, job) &&
+  if (job.channels_last) {
+    return RunColumns(ctx.k, job, ctx.threads, ctx.stream, ColumnPass::kTraining,
+                      [&](Columns& columns, size_t ci) {
+                        const SetStats st = columns.Stats(ci);
+                        outputs(ci, st);
+                        columns.SetAffine(ci, TrainingAffine(job, ci, st));
+                      });
+  }
+  if (!ShortPlanes(ctx.k, job) &&
       ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {
     // Each channel normalized right after its statistics, while it is in cache.
     const Planes planes(ctx.k, job);
@@ -346,7 +426,6 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
     outputs(ci, stats[ci]);
     affine[ci] = TrainingAffine(job, ci, stats[ci]);
   }
-  if (job.channels_last) return ApplyColumns(ctx.k, job, ctx.threads, ctx.stream, affine);
   ApplyPlanes(Planes(ctx.k, job), ctx.threads, ctx.stream,
               [&](size_t ci) { return affine[ci]; });
   return NK_OK;
@@ -355,13 +434,18 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
 nk_status BatchNormInference(const BatchNormJob& job, const float* mean,
                              const float* var) {
   const Context ctx = ContextFor(job);
+  if (job.channels_last) {
+    return RunColumns(ctx.k, job, ctx.threads, ctx.stream, ColumnPass::kInference,
+                      [&](Columns& columns, size_t ci) {
+                        columns.SetAffine(ci, InferenceAffine(job, ci, mean[ci], var[ci]));
+                      });
+  }
   Workspace<SpanAffine, struct InferenceAffineTag> affine_ws;
   SpanAffine* affine = affine_ws.Get(job.c);
   if (affine == nullptr) return OutOfMemory(job);
   for (size_t ci = 0; ci < job.c; ++ci) {
     affine[ci] = InferenceAffine(job, ci, mean[ci], var[ci]);
   }
-  if (job.channels_last) return ApplyColumns(ctx.k, job, ctx.threads, ctx.stream, affine);
   ApplyPlanes(Planes(ctx.k, job), ctx.threads, ctx.stream,
               [&](size_t ci) { return affine[ci]; });
   return NK_OK;
@@ -369,15 +453,20 @@ nk_status BatchNormInference(const BatchNormJob& job, const float* mean,
 
 nk_status BatchNormMoments(const BatchNormJob& job, float* mean, float* m2) {
   const Context ctx = ContextFor(job);
+  const auto outputs = [&](size_t ci, const SetStats& st) {
+    mean[ci] = st.mean_out;
+    m2[ci] = static_cast<float>(M2Of(st));
+  };
+  if (job.channels_last) {
+    return RunColumns(ctx.k, job, ctx.threads, ctx.stream, ColumnPass::kMoments,
+                      [&](Columns& columns, size_t ci) { outputs(ci, columns.Stats(ci)); });
+  }
   Workspace<SetStats, struct MomentsStatsTag> stats_ws;
   SetStats* stats = stats_ws.Get(job.c);
   if (stats == nullptr) return OutOfMemory(job);
   const nk_status status = AllStats(ctx, job, stats);
   if (status != NK_OK) return status;
-  for (size_t ci = 0; ci < job.c; ++ci) {
-    mean[ci] = stats[ci].mean_out;
-    m2[ci] = static_cast<float>(M2Of(stats[ci]));
-  }
+  for (size_t ci = 0; ci < job.c; ++ci) outputs(ci, stats[ci]);
   return NK_OK;
 }
 

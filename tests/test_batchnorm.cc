@@ -306,6 +306,24 @@ TEST_P(BatchNorm, ThreadCountDoesNotChangeBits) {
   }
 }
 
+// NHWC runs in one region whose threads finish their own channels and then map rows
+// with every channel's parameters: the last channel alone on the overflow slow path
+// (the thread that finishes it must switch every thread's map), and fewer channels
+// than threads (a thread with none still meets the barriers).
+TEST_P(BatchNorm, ChannelsLastPartsAcrossThreads) {
+  for (size_t c : {2, 6}) {
+    for (bool training : {true, false}) {
+      BnCase k;
+      k.n = 4, k.c = c, k.spatial = 20011, k.layout = NK_LAYOUT_NHWC;
+      k.training = training;
+      k.fill = [&](Buffer& x) {
+        for (size_t j = 0; j < k.count(); ++j) x[k.Index(c - 1, j)] *= 1e30f;
+      };
+      ExpectSameBitsForThreadCounts(k, {1, 2, 3});
+    }
+  }
+}
+
 // Empty tensors are no-ops that write nothing.
 TEST_P(BatchNorm, EmptyIsANoOp) {
   Buffer rm(4), rv(4), sm(4), sr(4), y(4);
