@@ -19,8 +19,10 @@ int64_t CurrentTarget();
 // than the configured count, and at least kMinWorkPerThread elements each.
 int ThreadsFor(size_t work);
 
-// Outputs larger than this go out with non-temporal stores: they would not stay in
-// the last-level cache anyway, and streaming skips the read-for-ownership.
+// Calls whose tensors (inputs and outputs together) reach this size write their
+// outputs with non-temporal stores: the outputs would not stay in the last-level cache
+// (32 MiB per core complex on Zen 4 / 5) anyway, and streaming skips the read for
+// ownership.
 constexpr size_t kStreamBytes = size_t{32} << 20;
 
 // The first item of part `k` of `parts` equal parts of `n` items.

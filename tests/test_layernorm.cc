@@ -280,8 +280,8 @@ TEST_P(LayerNormTest, HugeValues) {
   }
 }
 
-// Tensors of 32 MiB and more stream y (non-temporal stores where the rows of y are
-// vector-aligned) while the next group of rows is fetched: rows of 1027 columns (regular
+// Calls whose tensors (x and y; residual and sum too) reach 32 MiB stream y
+// (non-temporal stores where the rows of y are vector-aligned) while the next group of rows is fetched: rows of 1027 columns (regular
 // stores, a misaligned y) and of 1024 (non-temporal), rows that are NaN, constant, huge
 // (the rescaled path inside a group) or ill-conditioned, in place, rows held in
 // registers, and the same bits for 1, 2, 3 threads.
@@ -315,6 +315,14 @@ TEST_P(LayerNormTest, LargeTensorsStream) {
     c.rows = kRows * 1027 / 64;
     c.cols = 64;
     c.fill = fill_for(1027);
+    ASSERT_GE(CheckCase(c), 0);
+  }
+  for (Op op : {Op::kLayerNorm, Op::kAddLayerNorm}) {  // x of 16 and 8 MiB: streamed too
+    Case c;
+    c.op = op;
+    c.rows = Fused(op) ? 2048 : 4096;
+    c.cols = 1024;
+    c.fill = fill_for(256);
     ASSERT_GE(CheckCase(c), 0);
   }
   Case c;
