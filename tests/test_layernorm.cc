@@ -281,10 +281,11 @@ TEST_P(LayerNormTest, HugeValues) {
 }
 
 // Calls whose tensors (x and y; residual and sum too) reach 32 MiB stream y
-// (non-temporal stores where the rows of y are vector-aligned) while the next group of rows is fetched: rows of 1027 columns (regular
-// stores, a misaligned y) and of 1024 (non-temporal), rows that are NaN, constant, huge
-// (the rescaled path inside a group) or ill-conditioned, in place, rows held in
-// registers, and the same bits for 1, 2, 3 threads.
+// (non-temporal stores where the rows of y are vector-aligned) while the next group of
+// rows is fetched: rows of 1027 columns (regular stores, a misaligned y) and of 1024
+// (non-temporal), rows that are NaN, constant, huge (the rescaled path inside a group)
+// or ill-conditioned, in place, rows held in registers, x of 16 MiB (8 MiB fused: the
+// smallest streamed), and the same bits for 1, 2, 3 threads.
 TEST_P(LayerNormTest, LargeTensorsStream) {
   constexpr size_t kRows = 8200;  // x 1027 or 1024 columns: more than 32 MiB
   // Rows 5-7 and a middle one of a `cols`-wide tensor (bands of several rows when a
@@ -317,7 +318,7 @@ TEST_P(LayerNormTest, LargeTensorsStream) {
     c.fill = fill_for(1027);
     ASSERT_GE(CheckCase(c), 0);
   }
-  for (Op op : {Op::kLayerNorm, Op::kAddLayerNorm}) {  // x of 16 and 8 MiB: streamed too
+  for (Op op : {Op::kLayerNorm, Op::kAddLayerNorm}) {  // x of 16 and 8 MiB
     Case c;
     c.op = op;
     c.rows = Fused(op) ? 2048 : 4096;
