@@ -112,6 +112,21 @@ class Planes {
     return Stats(ci, [&](size_t) { return first; }, true);
   }
 
+  // Whether every plane is one span (at most kChunk elements).
+  bool whole() const { return spans_ == 1; }
+
+  // Planes [p0, p1) when whole(), each image's run of them in one call.
+  void ApplyWhole(size_t p0, size_t p1, const SpanAffine* affine) const {
+    const size_t c = job_.c, spatial = job_.spatial;
+    for (size_t p = p0; p < p1;) {
+      const size_t ci = p % c;
+      const size_t count = std::min(p1 - p, c - ci);
+      k_.planes_apply(job_.x + p * spatial, spatial, count, affine + ci,
+                      job_.y + p * spatial);
+      p += count;
+    }
+  }
+
   void Apply(size_t s, const SpanAffine& a, bool stream) const {
     size_t len, ci;
     const size_t off = Span(s, &len, &ci);
@@ -177,16 +192,23 @@ nk_status AllPlaneStats(const BatchNormJob& job, const Planes& planes, int threa
   return NK_OK;
 }
 
-// y over all spans, with each channel's affine map.
-template <class AffineOf>
+// y over all spans, with each channel's affine map. Planes of one span each go a run
+// of an image's planes at a time (planes_apply), unless streamed: 8x512x7x7, 1 thread,
+// A/B against a call per plane: inference 31-33 -> 21-22 us, training 75 -> 62-65 us;
+// 8x2048x7x7 inference 125 -> 89-96 us.
 void ApplyPlanes(const Planes& planes, int threads, bool stream,
-                 const AffineOf& affine) {
+                 const SpanAffine* affine) {
   ForEachPart(threads, [&](size_t t, size_t parts) {
-    const size_t end = PartBegin(planes.spans(), t + 1, parts);
-    for (size_t s = PartBegin(planes.spans(), t, parts); s < end; ++s) {
+    const size_t s0 = PartBegin(planes.spans(), t, parts);
+    const size_t s1 = PartBegin(planes.spans(), t + 1, parts);
+    if (!stream && planes.whole()) {
+      planes.ApplyWhole(s0, s1, affine);
+      return;
+    }
+    for (size_t s = s0; s < s1; ++s) {
       size_t len, ci;
       planes.Span(s, &len, &ci);
-      planes.Apply(s, affine(ci), stream);
+      planes.Apply(s, affine[ci], stream);
     }
     if (stream) hwy::FlushStream();
   });
@@ -427,8 +449,7 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
     outputs(ci, stats[ci]);
     affine[ci] = TrainingAffine(job, ci, stats[ci]);
   }
-  ApplyPlanes(Planes(ctx.k, job), ctx.threads, ctx.stream,
-              [&](size_t ci) { return affine[ci]; });
+  ApplyPlanes(Planes(ctx.k, job), ctx.threads, ctx.stream, affine);
   return NK_OK;
 }
 
@@ -447,8 +468,7 @@ nk_status BatchNormInference(const BatchNormJob& job, const float* mean,
   for (size_t ci = 0; ci < job.c; ++ci) {
     affine[ci] = InferenceAffine(job, ci, mean[ci], var[ci]);
   }
-  ApplyPlanes(Planes(ctx.k, job), ctx.threads, ctx.stream,
-              [&](size_t ci) { return affine[ci]; });
+  ApplyPlanes(Planes(ctx.k, job), ctx.threads, ctx.stream, affine);
   return NK_OK;
 }
 

@@ -15,7 +15,7 @@ namespace HWY_NAMESPACE {
 
 extern const ChannelNormKernels kChannelNormKernels = {
     &ChannelSpanMoments, &ShortPlaneMax, &ShortPlaneScratchFloats, &ShortPlaneMoments,
-    &ChannelSpanMaxAbs, &ChannelSpanApply,
+    &ChannelSpanMaxAbs, &ChannelSpanApply,   &ChannelPlanesApply,
     &ColumnMoments,      &MergeColumns,      &ColumnApply,
     &ChannelStridedMoments, &ChannelStridedMaxAbs};
 

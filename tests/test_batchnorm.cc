@@ -324,6 +324,25 @@ TEST_P(BatchNorm, ChannelsLastPartsAcrossThreads) {
   }
 }
 
+// NCHW planes of up to kChunk elements are mapped a run of an image's planes at a
+// time, a vector that straddles two planes taking each lane's parameters from its own
+// plane: planes shorter and longer than a vector, one channel alone on the rescaled
+// path in between normal ones, 1-3 threads bitwise.
+TEST_P(BatchNorm, PlaneRunsAcrossChannels) {
+  for (size_t spatial : {3, 17, 49, 111}) {
+    for (bool training : {true, false}) {
+      BnCase k;
+      k.c = 7, k.spatial = spatial, k.layout = NK_LAYOUT_NCHW;
+      k.n = 100000 / (k.c * spatial);  // enough for 3 threads
+      k.training = training;
+      k.fill = [&](Buffer& x) {
+        for (size_t j = 0; j < k.count(); ++j) x[k.Index(3, j)] *= 1e30f;
+      };
+      ExpectSameBitsForThreadCounts(k, {1, 2, 3});
+    }
+  }
+}
+
 // Empty tensors are no-ops that write nothing.
 TEST_P(BatchNorm, EmptyIsANoOp) {
   Buffer rm(4), rv(4), sm(4), sr(4), y(4);
