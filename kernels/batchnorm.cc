@@ -139,6 +139,33 @@ class Planes {
   size_t spans_;  // per plane
 };
 
+// Part t of `parts` of y, with each channel's affine map. Planes of one span each go
+// a run of an image's planes at a time (planes_apply), unless streamed: 8x512x7x7,
+// 1 thread, A/B against a call per plane: inference 31-33 -> 21-22 us, training 75 ->
+// 62-65 us; 8x2048x7x7 inference 125 -> 89-96 us.
+void ApplyPlanesPart(const Planes& planes, size_t t, size_t parts, bool stream,
+                     const SpanAffine* affine) {
+  const size_t s0 = PartBegin(planes.spans(), t, parts);
+  const size_t s1 = PartBegin(planes.spans(), t + 1, parts);
+  if (!stream && planes.whole()) {
+    planes.ApplyWhole(s0, s1, affine);
+    return;
+  }
+  for (size_t s = s0; s < s1; ++s) {
+    size_t len, ci;
+    planes.Span(s, &len, &ci);
+    planes.Apply(s, affine[ci], stream);
+  }
+  if (stream) hwy::FlushStream();
+}
+
+void ApplyPlanes(const Planes& planes, int threads, bool stream,
+                 const SpanAffine* affine) {
+  ForEachPart(threads, [&](size_t t, size_t parts) {
+    ApplyPlanesPart(planes, t, parts, stream, affine);
+  });
+}
+
 // Tensors up to this size are normalized channel by channel, each right after its
 // statistics while it is in L2. Larger ones are read in memory order in both passes:
 // a channel's planes lie far apart, and jumping between them defeats the hardware
@@ -158,21 +185,30 @@ bool ShortPlanes(const ChannelNormKernels& k, const BatchNormJob& job) {
   return !job.channels_last && job.spatial <= k.short_plane_max();
 }
 
-nk_status ShortPlaneStats(const ChannelNormKernels& k, const BatchNormJob& job,
-                          const Planes& planes, int threads, SetStats* stats) {
+// Short planes in one region: each thread measures its channels and calls
+// finish(ci, stats) for each; with `affine` (set by finish), it then maps its part of
+// the planes after a barrier (ApplyPlanesPart).
+template <class Finish>
+nk_status RunShortPlanes(const ChannelNormKernels& k, const BatchNormJob& job,
+                         const Planes& planes, int threads, bool stream,
+                         const Finish& finish, const SpanAffine* affine) {
   const size_t per_thread = k.short_plane_scratch(job.n, (job.c + threads - 1) / threads);
   Workspace<Moments, struct ShortPlaneMomentsTag> moments_ws;
   Workspace<float, struct ShortPlaneScratchTag> scratch_ws;
   Moments* moments = moments_ws.Get(job.c);
   float* scratch = scratch_ws.Get(per_thread * static_cast<size_t>(threads));
   if (moments == nullptr || scratch == nullptr) return OutOfMemory(job);
+  SpinBarrier barrier;
   ForEachPart(threads, [&](size_t t, size_t parts) {
     const size_t c0 = PartBegin(job.c, t, parts), c1 = PartBegin(job.c, t + 1, parts);
     if (c1 > c0) {
       k.short_plane_moments(job.x, job.n, job.c, job.spatial, c0, c1,
                             scratch + t * per_thread, moments + c0);
     }
-    for (size_t ci = c0; ci < c1; ++ci) stats[ci] = planes.Stats(ci, moments[ci]);
+    for (size_t ci = c0; ci < c1; ++ci) finish(ci, planes.Stats(ci, moments[ci]));
+    if (affine == nullptr) return;
+    barrier.Wait(parts);
+    ApplyPlanesPart(planes, t, parts, stream, affine);
   });
   return NK_OK;
 }
@@ -190,28 +226,6 @@ nk_status AllPlaneStats(const BatchNormJob& job, const Planes& planes, int threa
         ci, [&](size_t i) { return moments[planes.ChannelSpan(ci, i)]; });
   });
   return NK_OK;
-}
-
-// y over all spans, with each channel's affine map. Planes of one span each go a run
-// of an image's planes at a time (planes_apply), unless streamed: 8x512x7x7, 1 thread,
-// A/B against a call per plane: inference 31-33 -> 21-22 us, training 75 -> 62-65 us;
-// 8x2048x7x7 inference 125 -> 89-96 us.
-void ApplyPlanes(const Planes& planes, int threads, bool stream,
-                 const SpanAffine* affine) {
-  ForEachPart(threads, [&](size_t t, size_t parts) {
-    const size_t s0 = PartBegin(planes.spans(), t, parts);
-    const size_t s1 = PartBegin(planes.spans(), t + 1, parts);
-    if (!stream && planes.whole()) {
-      planes.ApplyWhole(s0, s1, affine);
-      return;
-    }
-    for (size_t s = s0; s < s1; ++s) {
-      size_t len, ci;
-      planes.Span(s, &len, &ci);
-      planes.Apply(s, affine[ci], stream);
-    }
-    if (stream) hwy::FlushStream();
-  });
 }
 
 // ---------------------------------------------------------------- NHWC
@@ -389,7 +403,11 @@ Context ContextFor(const BatchNormJob& job) {
 // Statistics of every channel of NCHW.
 nk_status AllStats(const Context& ctx, const BatchNormJob& job, SetStats* stats) {
   const Planes planes(ctx.k, job);
-  if (ShortPlanes(ctx.k, job)) return ShortPlaneStats(ctx.k, job, planes, ctx.threads, stats);
+  if (ShortPlanes(ctx.k, job)) {
+    return RunShortPlanes(
+        ctx.k, job, planes, ctx.threads, ctx.stream,
+        [&](size_t ci, const SetStats& st) { stats[ci] = st; }, nullptr);
+  }
   if (!ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {
     return AllPlaneStats(job, planes, ctx.threads, stats);
   }
@@ -420,8 +438,19 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
                         columns.SetAffine(ci, TrainingAffine(job, ci, st));
                       });
   }
-  if (!ShortPlanes(ctx.k, job) &&
-      ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {
+  if (ShortPlanes(ctx.k, job)) {
+    Workspace<SpanAffine, struct TrainingAffineTag> affine_ws;
+    SpanAffine* affine = affine_ws.Get(job.c);
+    if (affine == nullptr) return OutOfMemory(job);
+    return RunShortPlanes(
+        ctx.k, job, Planes(ctx.k, job), ctx.threads, ctx.stream,
+        [&](size_t ci, const SetStats& st) {
+          outputs(ci, st);
+          affine[ci] = TrainingAffine(job, ci, st);
+        },
+        affine);
+  }
+  if (ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {
     // Each channel normalized right after its statistics, while it is in cache.
     const Planes planes(ctx.k, job);
     ForEachPart(ctx.threads, [&](size_t t, size_t parts) {
