@@ -88,87 +88,6 @@ void ChannelSpanApply(const float* x, size_t n, const SpanAffine& a, bool stream
   }
 }
 
-// Planes p = 0 .. count - 1 of `spatial` elements each, contiguous from x, plane p
-// mapped by affine[p], walked as one span of vectors: a vector that straddles two
-// planes takes each lane's parameters from its own plane, so no plane has a tail of
-// its own (7x7 planes, one by one: three vectors and a one-element tail each). The
-// same operations per element as AffineSpan, so the same bits (a plane whose map is
-// not scaled has scale = rstd = 1, and multiplying by 1 is exact).
-template <bool kCenter, bool kScaled>
-HWY_INLINE void AffinePlanes(const float* x, size_t spatial, size_t count,
-                             const SpanAffine* affine, float* y) {
-  const hn::ScalableTag<float> d;
-  using V = hn::Vec<decltype(d)>;
-  const size_t N = hn::Lanes(d);
-  struct Params {
-    V scale, shift, rstd, mul, add;
-  };
-  const auto params = [&](const SpanAffine& a) HWY_ATTR {
-    return Params{hn::Set(d, a.scale), hn::Set(d, a.shift), hn::Set(d, a.rstd),
-                  hn::Set(d, a.mul), hn::Set(d, a.add)};
-  };
-  const auto map = [&](V v, const Params& p) HWY_ATTR {
-    if (kScaled) v = hn::Mul(v, p.scale);
-    if (kCenter) v = hn::Sub(v, p.shift);
-    if (kScaled) v = hn::Mul(v, p.rstd);
-    return hn::MulAdd(v, p.mul, p.add);
-  };
-  const size_t end = spatial * count;
-  size_t i = 0, p = 0, plane_end = spatial;
-  Params cur = params(affine[0]);
-  while (i + N <= end) {
-    if (i + N <= plane_end) {
-      hn::StoreU(map(hn::LoadU(d, x + i), cur), d, y + i);
-      i += N;
-      if (i == plane_end && ++p < count) {
-        plane_end += spatial;
-        cur = params(affine[p]);
-      }
-      continue;
-    }
-    // Planes p and p + 1 (spatial >= N: no more); p + 1 < count, as i + N <= end.
-    const Params next = params(affine[p + 1]);
-    const auto first = hn::FirstN(d, plane_end - i);
-    const Params both = {hn::IfThenElse(first, cur.scale, next.scale),
-                         hn::IfThenElse(first, cur.shift, next.shift),
-                         hn::IfThenElse(first, cur.rstd, next.rstd),
-                         hn::IfThenElse(first, cur.mul, next.mul),
-                         hn::IfThenElse(first, cur.add, next.add)};
-    hn::StoreU(map(hn::LoadU(d, x + i), both), d, y + i);
-    i += N;
-    ++p;
-    plane_end += spatial;
-    cur = next;
-  }
-  while (i < end) {  // fewer than N elements left, plane by plane
-    const size_t q = i / spatial;
-    const size_t n = HWY_MIN(end, (q + 1) * spatial) - i;
-    ChannelSpanApply(x + i, n, affine[q], false, y + i);
-    i += n;
-  }
-}
-
-// y may be x: each vector is read before it is written.
-void ChannelPlanesApply(const float* x, size_t spatial, size_t count,
-                        const SpanAffine* affine, float* y) {
-  if (count == 0) return;
-  if (spatial < hn::Lanes(hn::ScalableTag<float>())) {  // several planes per vector
-    for (size_t p = 0; p < count; ++p) {
-      ChannelSpanApply(x + p * spatial, spatial, affine[p], false, y + p * spatial);
-    }
-    return;
-  }
-  bool scaled = false;
-  for (size_t p = 0; p < count; ++p) scaled |= affine[p].scale != 1.0f;
-  if (affine[0].center) {
-    scaled ? AffinePlanes<true, true>(x, spatial, count, affine, y)
-           : AffinePlanes<true, false>(x, spatial, count, affine, y);
-  } else {
-    scaled ? AffinePlanes<false, true>(x, spatial, count, affine, y)
-           : AffinePlanes<false, false>(x, spatial, count, affine, y);
-  }
-}
-
 // Short planes: at most kShortPlaneVectors whole vectors and a tail. Each plane gives
 // one block per lane (the per-lane moments of its vectors) and one block of its tail
 // elements; a channel's blocks over the n images are merged in a pairwise tree per
@@ -373,6 +292,78 @@ struct ColumnParams {
               hn::LoadU(d, add + j)};
   }
 };
+
+// Planes p = 0 .. count - 1 of `spatial` elements each, contiguous from x, plane p
+// mapped by affine[p] (ColumnParams' map), walked as one span of vectors: a vector
+// that straddles two planes takes each lane's parameters from its own plane, so no
+// plane has a tail of its own (7x7 planes, one by one: three vectors and a one-element
+// tail each). The same operations per element as AffineSpan, so the same bits (a plane
+// whose map is not scaled has scale = rstd = 1, and multiplying by 1 is exact).
+template <bool kCenter, bool kScaled>
+HWY_INLINE void AffinePlanes(const float* x, size_t spatial, size_t count,
+                             const SpanAffine* affine, float* y) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  using Params = typename ColumnParams<kCenter, kScaled>::At;
+  const auto params = [&](const SpanAffine& a) HWY_ATTR {
+    return Params{hn::Set(d, a.scale), hn::Set(d, a.shift), hn::Set(d, a.rstd),
+                  hn::Set(d, a.mul), hn::Set(d, a.add)};
+  };
+  const size_t end = spatial * count;
+  size_t i = 0, p = 0, plane_end = spatial;
+  Params cur = params(affine[0]);
+  while (i + N <= end) {
+    if (i + N <= plane_end) {
+      hn::StoreU(cur(hn::LoadU(d, x + i)), d, y + i);
+      i += N;
+      if (i == plane_end && ++p < count) {
+        plane_end += spatial;
+        cur = params(affine[p]);
+      }
+      continue;
+    }
+    // Planes p and p + 1 (spatial >= N: no more); p + 1 < count, as i + N <= end.
+    const Params next = params(affine[p + 1]);
+    const auto first = hn::FirstN(d, plane_end - i);
+    const Params both = {hn::IfThenElse(first, cur.scale, next.scale),
+                         hn::IfThenElse(first, cur.shift, next.shift),
+                         hn::IfThenElse(first, cur.rstd, next.rstd),
+                         hn::IfThenElse(first, cur.mul, next.mul),
+                         hn::IfThenElse(first, cur.add, next.add)};
+    hn::StoreU(both(hn::LoadU(d, x + i)), d, y + i);
+    i += N;
+    ++p;
+    plane_end += spatial;
+    cur = next;
+  }
+  while (i < end) {  // fewer than N elements left, plane by plane
+    const size_t q = i / spatial;
+    const size_t n = HWY_MIN(end, (q + 1) * spatial) - i;
+    ChannelSpanApply(x + i, n, affine[q], false, y + i);
+    i += n;
+  }
+}
+
+// y may be x: each vector is read before it is written.
+void ChannelPlanesApply(const float* x, size_t spatial, size_t count,
+                        const SpanAffine* affine, float* y) {
+  if (count == 0) return;
+  if (spatial < hn::Lanes(hn::ScalableTag<float>())) {  // several planes per vector
+    for (size_t p = 0; p < count; ++p) {
+      ChannelSpanApply(x + p * spatial, spatial, affine[p], false, y + p * spatial);
+    }
+    return;
+  }
+  bool scaled = false;
+  for (size_t p = 0; p < count; ++p) scaled |= affine[p].scale != 1.0f;
+  if (affine[0].center) {
+    scaled ? AffinePlanes<true, true>(x, spatial, count, affine, y)
+           : AffinePlanes<true, false>(x, spatial, count, affine, y);
+  } else {
+    scaled ? AffinePlanes<false, true>(x, spatial, count, affine, y)
+           : AffinePlanes<false, false>(x, spatial, count, affine, y);
+  }
+}
 
 // y[i] = p(x[i]) for one vector; kStream: a non-temporal store, asking for x[i + ahead]
 // first when it lies before `end`.
