@@ -259,6 +259,47 @@ TEST_P(LayerNormTest, MisalignedParamsGiveTheSameBits) {
   }
 }
 
+// The bits do not depend on where the tensors lie: every element is assigned to its
+// lane and block by its column, whatever the pointers' offsets from a cache line (as
+// NumPy's 16 bytes), so a copy of the input at another address gives the same outputs.
+TEST_P(LayerNormTest, SameBitsAtAnyAddress) {
+  for (Op op : kAllOps) {
+    for (size_t cols : {16, 64, 100, 256, 1024, 4099, 20000}) {
+      const size_t rows = cols > 1024 ? 5 : 33;
+      const size_t n = rows * cols;
+      const bool fused = Fused(op);
+      const auto run = [&](size_t off, Buffer& y, Buffer& sum, Buffer& mean,
+                           Buffer& rstd) {
+        Buffer x(n, off), res(n, off);
+        Buffer gamma(cols, (off * 5) % 16), beta(cols, (off * 3) % 16);
+        FillNormal(x, Seed(cols), 3.0f, 2.0f);
+        FillNormal(res, Seed(cols + 1), 0.0f, 0.5f);
+        FillNormal(gamma, Seed(cols + 2), 1.0f, 0.25f);
+        FillNormal(beta, Seed(cols + 3), 0.0f, 0.5f);
+        return CallOp(op, rows, cols, x.data(), fused ? res.data() : nullptr,
+                      gamma.data(), beta.data(), 1e-5f, fused ? sum.data() : nullptr,
+                      y.data(), mean.data(), rstd.data());
+      };
+      Buffer y(n), sum(n), mean(rows), rstd(rows);
+      ASSERT_EQ(run(0, y, sum, mean, rstd), NK_OK);
+      for (size_t off : {1, 4, 7, 15}) {
+        Buffer y_off(n, off), sum_off(n, off), mean_off(rows, off), rstd_off(rows, off);
+        ASSERT_EQ(run(off, y_off, sum_off, mean_off, rstd_off), NK_OK);
+        SCOPED_TRACE(std::string(OpName(op)) + " cols=" + std::to_string(cols) +
+                     " offset=" + std::to_string(off));
+        ASSERT_EQ(std::memcmp(y.data(), y_off.data(), n * sizeof(float)), 0);
+        if (fused) {
+          ASSERT_EQ(std::memcmp(sum.data(), sum_off.data(), n * sizeof(float)), 0);
+        }
+        ASSERT_EQ(std::memcmp(rstd.data(), rstd_off.data(), rows * sizeof(float)), 0);
+        if (Centered(op)) {
+          ASSERT_EQ(std::memcmp(mean.data(), mean_off.data(), rows * sizeof(float)), 0);
+        }
+      }
+    }
+  }
+}
+
 // Rows whose squares overflow fp32 take the rescaled path and stay finite.
 TEST_P(LayerNormTest, HugeValues) {
   for (Op op : kAllOps) {
@@ -412,8 +453,8 @@ TEST_P(LayerNormTest, RowAloneGivesTheBitsOfTheRowInAGroup) {
         };
         SCOPED_TRACE(alone.Describe() + " row " + std::to_string(r));
         const Result one = RunCase(alone);
-        ASSERT_EQ(std::memcmp(one.y.data(), all.y.data() + r * cols, cols * sizeof(float)),
-                  0);
+        ASSERT_EQ(
+            std::memcmp(one.y.data(), all.y.data() + r * cols, cols * sizeof(float)), 0);
         ASSERT_TRUE(SameBits(one.rstd[0], all.rstd[r]));
         if (op == Op::kLayerNorm || op == Op::kAddLayerNorm) {
           ASSERT_TRUE(SameBits(one.mean[0], all.mean[r]));
