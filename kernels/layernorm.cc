@@ -60,40 +60,52 @@ nk_status RunChunked(const RowNormKernels& k, const RowNormJob& job, int threads
   return NK_OK;
 }
 
-// gamma and beta are loaded again for every row (or group of rows). When a caller's are
-// not aligned to a cache line (malloc and NumPy give 16 bytes), each vector load of them
-// spans two lines: LayerNorm of 4 MiB, 256 columns, 1 thread, A/B in one process: 0.63x
-// of a copy instead of 0.77x; 64 MiB, 1024 columns: 14% slower. Calls with enough rows
-// to repay the copy (rows of up to kChunk columns) normalize with aligned copies kept
-// by the calling thread.
-constexpr size_t kParamAlign = 64;
+// gamma and beta are loaded again for every row (or group of rows), at the columns of
+// the row's x and y. When they do not share y's offset from a cache line (malloc and
+// NumPy give 16 bytes), each vector load of them spans two lines where y's stores do
+// not (the kernels store y from its first vector boundary on): LayerNorm of 4 MiB, 256
+// columns, 1 thread, A/B in one process: 0.63x of a copy instead of 0.77x; 64 MiB,
+// 1024 columns: 14% slower. Calls with enough rows to repay the copy (rows of up to
+// kChunk columns) normalize with copies at y's offset, kept by the calling thread.
+constexpr size_t kLine = 64;
 constexpr size_t kCopyParamsMinRows = 16;
+// Rows up to this long may take the register path (shortrow-inl.h), which loads
+// gamma / beta from their first column on.
+constexpr size_t kShortRowCols = 256;
 
-bool Misaligned(const float* p) {
-  return p != nullptr && reinterpret_cast<uintptr_t>(p) % kParamAlign != 0;
+// The offset from a cache line that gamma and beta should have: y's, where every row
+// of y has it and the rows are stored from y's first vector boundary on; else none.
+uintptr_t ParamOffset(const RowNormJob& job) {
+  const uintptr_t y = reinterpret_cast<uintptr_t>(job.y) % kLine;
+  const bool same = job.cols % (kLine / sizeof(float)) == 0 && y % sizeof(float) == 0;
+  return same && job.cols > kShortRowCols ? y : 0;
+}
+
+bool Misplaced(const float* p, uintptr_t offset) {
+  return p != nullptr && reinterpret_cast<uintptr_t>(p) % kLine != offset;
 }
 
 void AlignParams(RowNormJob& job) {
   if (job.rows < kCopyParamsMinRows || job.cols > kChunk) return;
-  if (!Misaligned(job.gamma) && !Misaligned(job.beta)) return;
-  constexpr size_t kPad = kParamAlign / sizeof(float);
+  const uintptr_t offset = ParamOffset(job);
+  if (!Misplaced(job.gamma, offset) && !Misplaced(job.beta, offset)) return;
+  constexpr size_t kPad = kLine / sizeof(float);
   const size_t stride = (job.cols + kPad - 1) / kPad * kPad;
   thread_local std::vector<float> buffer;
   try {
-    if (buffer.size() < 2 * stride + kPad) buffer.resize(2 * stride + kPad);
+    if (buffer.size() < 2 * stride + 2 * kPad) buffer.resize(2 * stride + 2 * kPad);
   } catch (const std::bad_alloc&) {
     return;  // only slower
   }
-  float* base = buffer.data();
-  base += (kParamAlign - reinterpret_cast<uintptr_t>(base) % kParamAlign) % kParamAlign /
-          sizeof(float);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(buffer.data()) % kLine;
+  float* params = buffer.data() + (kLine + offset - base) % kLine / sizeof(float);
   if (job.gamma != nullptr) {
-    std::copy(job.gamma, job.gamma + job.cols, base);
-    job.gamma = base;
+    std::copy(job.gamma, job.gamma + job.cols, params);
+    job.gamma = params;
   }
   if (job.beta != nullptr) {
-    std::copy(job.beta, job.beta + job.cols, base + stride);
-    job.beta = base + stride;
+    std::copy(job.beta, job.beta + job.cols, params + stride);
+    job.beta = params + stride;
   }
 }
 

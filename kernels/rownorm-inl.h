@@ -89,6 +89,16 @@ Moments ChunkMomentsT(const RowNormJob& job, size_t row, size_t c0, size_t n,
 // outputs take non-temporal stores instead.
 constexpr size_t kWriteAheadBytes = 8192;
 
+// The elements of y before its first vector boundary (0 for y that is not even
+// float-aligned: it is stored unaligned throughout).
+template <class D>
+HWY_INLINE size_t HeadToAlign(D d, const float* y) {
+  const size_t bytes = hn::Lanes(d) * sizeof(float);
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(y);
+  if (addr % sizeof(float) != 0) return 0;
+  return (bytes - addr % bytes) % bytes / sizeof(float);
+}
+
 // ((v - mean) * rstd) * gamma + beta for a loaded v, gamma, beta (RMSNorm: no mean;
 // an absent gamma / beta is not read).
 template <bool kCenter, bool kGamma, bool kBeta, class V>
@@ -130,15 +140,25 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
     hn::StoreU(normalized(d, i), d, y + i);
   };
   const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
   size_t i = c0;
-  const size_t end = c0 + n;
-  // Non-temporal stores for outputs far larger than the cache: peel to alignment.
-  if (stream && reinterpret_cast<uintptr_t>(y) % sizeof(float) == 0) {
-    const size_t N = hn::Lanes(d);
-    const hn::CappedTag<float, 1> d1;
-    for (; i < end && reinterpret_cast<uintptr_t>(y + i) % (N * sizeof(float)) != 0; ++i) {
-      store(d1, i);
-    }
+  size_t end = c0 + n;
+  // Stores from y's first vector boundary on: y at malloc's or NumPy's 16 bytes would
+  // split every vector store across two lines, and non-temporal stores need the
+  // boundary. (LayerNorm with every tensor at +16 bytes, 1 thread, best of 60 in one
+  // process: 1024x1024 4-9% faster, 16x4096 22%, 64x1024 13%, 768 and 1536 columns
+  // 0-3%; aligned tensors unchanged.) The span's first and last vectors are computed
+  // before the aligned ones between them are stored (y may be x), and stored last over
+  // elements that get the same values again.
+  const size_t head = n >= 2 * N ? HeadToAlign(d, y + c0) : 0;
+  hn::Vec<decltype(d)> first, last;
+  if (head != 0) {
+    first = normalized(d, c0);
+    last = normalized(d, end - N);
+    i += head;
+    end = i + (end - i) / N * N;
+  }
+  if (stream && reinterpret_cast<uintptr_t>(y + i) % (N * sizeof(float)) == 0) {
     if (prefetch != nullptr) {
       for (; i + N <= end; i += N) {
         hwy::Prefetch(prefetch + i);
@@ -147,7 +167,6 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
     }
     for (; i + N <= end; i += N) hn::Stream(normalized(d, i), d, y + i);
   }
-  const size_t N = hn::Lanes(d);
   for (; i + 4 * N <= end; i += 4 * N) {  // unrolled: loop overhead is a third otherwise
     hwy::Prefetch(reinterpret_cast<const char*>(y + i) + kWriteAheadBytes);
     store(d, i);
@@ -156,6 +175,10 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
     store(d, i + 3 * N);
   }
   ForEachVector(d, i, end, store);
+  if (head != 0) {
+    hn::StoreU(last, d, y + c0 + n - N);
+    hn::StoreU(first, d, y + c0);
+  }
 }
 
 // Normalizes elements [c0, c0 + n) of a row read through src, with its statistics
@@ -291,11 +314,22 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
     const V b = kBeta ? hn::LoadU(d, beta + i) : hn::Zero(d);
     HWY_UNROLL(4)
     for (size_t k = 0; k < kGroupRows; ++k) {
-      store(Affine<kCenter, kGamma, kBeta>(src[k].Load(d, i), mean[k], rstd[k], g, b),
+      store(Affine<kCenter, kGamma, kBeta>(src[k].Load(d, i), mean[k], rstd[k], g, b), k,
             y + k * cols + i);
     }
   };
-  size_t i = 0;
+  // As NormalizeSpan, stores from y's first vector boundary on, the same in every row
+  // (cols % N == 0; streamed rows are aligned already): each row's first and last
+  // vectors are computed first and stored last.
+  const size_t head = !stream && cols % N == 0 && cols >= 2 * N ? HeadToAlign(d, y) : 0;
+  V first[kGroupRows], last[kGroupRows];
+  if (head != 0) {
+    vector(0, [&](V v, size_t k, float*) HWY_ATTR { first[k] = v; });
+    vector(cols - N, [&](V v, size_t k, float*) HWY_ATTR { last[k] = v; });
+  }
+  // The aligned vectors: [head, body_end).
+  const size_t body_end = head != 0 ? cols - N + head : cols - cols % N;
+  size_t i = head;
   if (stream) {
     for (; i + N <= cols; i += N) {
       for (size_t k = 0; k < kGroupRows; ++k) {  // the same column of the next rows
@@ -305,29 +339,35 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
           if (job.residual != nullptr) hwy::Prefetch(job.residual + next + e);
         }
       }
-      vector(i, [&](V v, float* p) HWY_ATTR { hn::Stream(v, d, p); });
+      vector(i, [&](V v, size_t, float* p) HWY_ATTR { hn::Stream(v, d, p); });
     }
   } else if (cols * sizeof(float) * kGroupRows <= kGroupL1Bytes) {
     // As NormalizeSpan, each row's y line every four vectors, while the group's x is in
     // L1; once it comes from L2 the requests cost more than they save (4 MiB, 4096 and
     // 8192 columns, 1 thread, A/B in the benchmark: 2-4% faster without).
-    for (; i + N <= cols; i += N) {
+    for (; i + N <= body_end; i += N) {
       if ((i / N) % 4 == 0) {
         for (size_t k = 0; k < kGroupRows; ++k) {
           hwy::Prefetch(reinterpret_cast<const char*>(y + k * cols + i) + kWriteAheadBytes);
         }
       }
-      vector(i, [&](V v, float* p) HWY_ATTR { hn::StoreU(v, d, p); });
+      vector(i, [&](V v, size_t, float* p) HWY_ATTR { hn::StoreU(v, d, p); });
     }
   } else {
     // The group's x larger than L1: walked from the end back, the columns the statistics
     // read last are still in L1 when asked for first (LayerNorm, 1 thread, A/B in one
     // process: 4096 / 5120 columns 1-4 MiB 2.5-3.5% faster, 8192 2.3%, 16 MiB equal).
-    const size_t whole = cols - cols % N;
-    for (size_t j = whole; j != 0; j -= N) {
-      vector(j - N, [&](V v, float* p) HWY_ATTR { hn::StoreU(v, d, p); });
+    for (size_t j = body_end; j != head; j -= N) {
+      vector(j - N, [&](V v, size_t, float* p) HWY_ATTR { hn::StoreU(v, d, p); });
     }
-    i = whole;
+    i = body_end;
+  }
+  if (head != 0) {
+    for (size_t k = 0; k < kGroupRows; ++k) {
+      hn::StoreU(last[k], d, y + k * cols + cols - N);
+      hn::StoreU(first[k], d, y + k * cols);
+    }
+    return;
   }
   for (size_t k = 0; k < kGroupRows; ++k) {
     const Normalized<kCenter, kGamma, kBeta, Src> value{src[k], gamma, beta, st[k].mean,
