@@ -73,16 +73,29 @@ constexpr size_t kCopyParamsMinRows = 16;
 // gamma / beta from their first column on.
 constexpr size_t kShortRowCols = 256;
 
+uintptr_t LineOffset(const void* p) { return reinterpret_cast<uintptr_t>(p) % kLine; }
+
+// Whether the tensors the normalization reads lie at y's offset from a cache line
+// (NumPy's arrays all lie at 16 bytes), so that y can be stored from its first vector
+// boundary on with aligned loads too.
+bool SameOffsetAsY(const RowNormJob& job) {
+  const uintptr_t y = LineOffset(job.y);
+  return LineOffset(job.x) == y &&
+         (job.residual == nullptr || LineOffset(job.residual) == y) &&
+         (job.sum == nullptr || LineOffset(job.sum) == y);
+}
+
 // The offset from a cache line that gamma and beta should have: y's, where every row
 // of y has it and the rows are stored from y's first vector boundary on; else none.
 uintptr_t ParamOffset(const RowNormJob& job) {
-  const uintptr_t y = reinterpret_cast<uintptr_t>(job.y) % kLine;
-  const bool same = job.cols % (kLine / sizeof(float)) == 0 && y % sizeof(float) == 0;
+  const uintptr_t y = LineOffset(job.y);
+  const bool same = job.align_y && job.cols % (kLine / sizeof(float)) == 0 &&
+                    y % sizeof(float) == 0;
   return same && job.cols > kShortRowCols ? y : 0;
 }
 
 bool Misplaced(const float* p, uintptr_t offset) {
-  return p != nullptr && reinterpret_cast<uintptr_t>(p) % kLine != offset;
+  return p != nullptr && LineOffset(p) != offset;
 }
 
 void AlignParams(RowNormJob& job) {
@@ -113,6 +126,7 @@ void AlignParams(RowNormJob& job) {
 
 nk_status RunRowNorm(RowNormJob job) {
   const RowNormKernels& k = RowNormKernelsFor(CurrentTarget());
+  job.align_y = SameOffsetAsY(job);
   AlignParams(job);
   const size_t elements = job.rows * job.cols;
   // The tensors the call reads and writes (x, y; residual and sum in the fused forms),

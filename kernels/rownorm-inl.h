@@ -133,7 +133,7 @@ struct Normalized {
 template <bool kCenter, bool kGamma, bool kBeta, class Src>
 HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
                               const float* HWY_RESTRICT beta, float mean, float rstd,
-                              bool stream, size_t c0, size_t n, float* y,
+                              bool stream, bool align_y, size_t c0, size_t n, float* y,
                               const float* prefetch = nullptr) {
   const Normalized<kCenter, kGamma, kBeta, Src> normalized{src, gamma, beta, mean, rstd};
   const auto store = [&](auto d, size_t i) HWY_ATTR {
@@ -143,14 +143,15 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
   const size_t N = hn::Lanes(d);
   size_t i = c0;
   size_t end = c0 + n;
-  // Stores from y's first vector boundary on: y at malloc's or NumPy's 16 bytes would
-  // split every vector store across two lines, and non-temporal stores need the
-  // boundary. (LayerNorm with every tensor at +16 bytes, 1 thread, best of 60 in one
-  // process: 1024x1024 4-9% faster, 16x4096 22%, 64x1024 13%, 768 and 1536 columns
-  // 0-3%; aligned tensors unchanged.) The span's first and last vectors are computed
-  // before the aligned ones between them are stored (y may be x), and stored last over
-  // elements that get the same values again.
-  const size_t head = n >= 2 * N ? HeadToAlign(d, y + c0) : 0;
+  // With align_y (or streaming, whose non-temporal stores need it), stores from y's
+  // first vector boundary on: y at malloc's or NumPy's 16 bytes would split every
+  // vector store across two lines. (LayerNorm with every tensor at +16 bytes, 1 thread,
+  // best of 60 in one process: 1024x1024 4-9% faster, 16x4096 22%, 64x1024 13%, 768
+  // and 1536 columns 0-3%; aligned tensors unchanged. With x aligned and y not, it
+  // split the loads instead: 0-5% slower, hence align_y.) The span's first and last
+  // vectors are computed before the aligned ones between them are stored (y may be
+  // x), and stored last over elements that get the same values again.
+  const size_t head = (align_y || stream) && n >= 2 * N ? HeadToAlign(d, y + c0) : 0;
   hn::Vec<decltype(d)> first, last;
   if (head != 0) {
     first = normalized(d, c0);
@@ -189,11 +190,11 @@ HWY_INLINE void NormalizeRow(const RowNormJob& job, const Src& src, const SetSta
                              const float* prefetch = nullptr) {
   if (HWY_LIKELY(st.scale == 1.0f)) {
     NormalizeSpan<kCenter, kGamma, kBeta>(src, job.gamma, job.beta, st.mean, st.rstd,
-                                          job.stream, c0, n, y, prefetch);
+                                          job.stream, job.align_y, c0, n, y, prefetch);
   } else {
     NormalizeSpan<kCenter, kGamma, kBeta>(ScaledSource<Src>{src, st.scale}, job.gamma,
-                                          job.beta, st.mean, st.rstd, job.stream, c0, n,
-                                          y);
+                                          job.beta, st.mean, st.rstd, job.stream,
+                                          job.align_y, c0, n, y);
   }
 }
 
@@ -318,10 +319,11 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
             y + k * cols + i);
     }
   };
-  // As NormalizeSpan, stores from y's first vector boundary on, the same in every row
-  // (cols % N == 0; streamed rows are aligned already): each row's first and last
-  // vectors are computed first and stored last.
-  const size_t head = !stream && cols % N == 0 && cols >= 2 * N ? HeadToAlign(d, y) : 0;
+  // As NormalizeSpan, with align_y, stores from y's first vector boundary on, the same
+  // in every row (cols % N == 0; streamed rows are aligned already): each row's first
+  // and last vectors are computed first and stored last.
+  const size_t head =
+      job.align_y && !stream && cols % N == 0 && cols >= 2 * N ? HeadToAlign(d, y) : 0;
   V first[kGroupRows], last[kGroupRows];
   if (head != 0) {
     vector(0, [&](V v, size_t k, float*) HWY_ATTR { first[k] = v; });

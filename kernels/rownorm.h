@@ -25,6 +25,8 @@ struct RowNormJob {
   float* mean;              // [rows]
   float* rstd;              // [rows], rrms for RMSNorm
   bool stream;              // write y with non-temporal stores
+  bool align_y;             // x (residual, sum) at y's offset from a cache line: y is
+                            // stored from its first vector boundary on
 };
 
 // What one Highway target provides. The op layer (layernorm.cc) partitions the work

@@ -282,18 +282,23 @@ TEST_P(LayerNormTest, SameBitsAtAnyAddress) {
       };
       Buffer y(n), sum(n), mean(rows), rstd(rows);
       ASSERT_EQ(run(0, y, sum, mean, rstd), NK_OK);
+      // Outputs at the inputs' offset (stored from their first vector boundary on) and
+      // at another one.
       for (size_t off : {1, 4, 7, 15}) {
-        Buffer y_off(n, off), sum_off(n, off), mean_off(rows, off), rstd_off(rows, off);
-        ASSERT_EQ(run(off, y_off, sum_off, mean_off, rstd_off), NK_OK);
-        SCOPED_TRACE(std::string(OpName(op)) + " cols=" + std::to_string(cols) +
-                     " offset=" + std::to_string(off));
-        ASSERT_EQ(std::memcmp(y.data(), y_off.data(), n * sizeof(float)), 0);
-        if (fused) {
-          ASSERT_EQ(std::memcmp(sum.data(), sum_off.data(), n * sizeof(float)), 0);
-        }
-        ASSERT_EQ(std::memcmp(rstd.data(), rstd_off.data(), rows * sizeof(float)), 0);
-        if (Centered(op)) {
-          ASSERT_EQ(std::memcmp(mean.data(), mean_off.data(), rows * sizeof(float)), 0);
+        for (size_t out : {off, (off + 3) % 16}) {
+          Buffer y_off(n, out), sum_off(n, out), mean_off(rows, out), rstd_off(rows, out);
+          ASSERT_EQ(run(off, y_off, sum_off, mean_off, rstd_off), NK_OK);
+          SCOPED_TRACE(std::string(OpName(op)) + " cols=" + std::to_string(cols) +
+                       " offset=" + std::to_string(off) +
+                       " outputs=" + std::to_string(out));
+          ASSERT_EQ(std::memcmp(y.data(), y_off.data(), n * sizeof(float)), 0);
+          if (fused) {
+            ASSERT_EQ(std::memcmp(sum.data(), sum_off.data(), n * sizeof(float)), 0);
+          }
+          ASSERT_EQ(std::memcmp(rstd.data(), rstd_off.data(), rows * sizeof(float)), 0);
+          if (Centered(op)) {
+            ASSERT_EQ(std::memcmp(mean.data(), mean_off.data(), rows * sizeof(float)), 0);
+          }
         }
       }
     }
