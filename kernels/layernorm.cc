@@ -61,12 +61,13 @@ nk_status RunChunked(const RowNormKernels& k, const RowNormJob& job, int threads
 }
 
 // gamma and beta are loaded again for every row (or group of rows), at the columns of
-// the row's x and y. When they do not share y's offset from a cache line (malloc and
-// NumPy give 16 bytes), each vector load of them spans two lines where y's stores do
-// not (the kernels store y from its first vector boundary on): LayerNorm of 4 MiB, 256
-// columns, 1 thread, A/B in one process: 0.63x of a copy instead of 0.77x; 64 MiB,
-// 1024 columns: 14% slower. Calls with enough rows to repay the copy (rows of up to
-// kChunk columns) normalize with copies at y's offset, kept by the calling thread.
+// the rows' x and y. Where they do not lie at the offset from a cache line that makes
+// those loads aligned (y's, where y is stored from its first vector boundary on; else
+// a line's start), each vector load of them spans two lines (malloc and NumPy give 16
+// bytes): LayerNorm of 4 MiB, 256 columns, 1 thread, A/B in one process: 0.63x of a
+// copy instead of 0.77x; 64 MiB, 1024 columns: 14% slower. Calls with enough rows to
+// repay the copy (rows of up to kChunk columns) normalize with copies at that offset,
+// kept by the calling thread.
 constexpr size_t kLine = 64;
 constexpr size_t kCopyParamsMinRows = 16;
 // Rows up to this long may take the register path (shortrow-inl.h), which loads
