@@ -147,7 +147,7 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
   // first vector boundary on: y at malloc's or NumPy's 16 bytes would split every
   // vector store across two lines. (LayerNorm with every tensor at +16 bytes, 1
   // thread, best of 60 in one process: 1024x1024 4-9% faster, 16x4096 15-22%,
-  // 64x1024 6-13%, 768 and 1536 columns 0-3%; aligned tensors unchanged. With x
+  // 64x1024 6-13%, 768 and 1536 columns within 3%; aligned tensors unchanged. With x
   // aligned and y not, it split the loads instead: 0-5% slower, hence align_y.) The
   // span's first and last vectors are computed before the aligned ones between them
   // are stored (y may be x), and stored last over elements that get the same values

@@ -264,7 +264,7 @@ TEST_P(LayerNormTest, MisalignedParamsGiveTheSameBits) {
 // NumPy's 16 bytes), so a copy of the input at another address gives the same outputs.
 TEST_P(LayerNormTest, SameBitsAtAnyAddress) {
   for (Op op : kAllOps) {
-    for (size_t cols : {16, 64, 100, 256, 1024, 4099, 20000}) {
+    for (size_t cols : {16, 64, 100, 256, 1024, 4096, 4099, 20000}) {
       const size_t rows = cols > 1024 ? 5 : 33;
       const size_t n = rows * cols;
       const bool fused = Fused(op);
