@@ -66,7 +66,8 @@ def set_num_threads(n):
 
 
 def _ptr(a):
-    return None if a is None else a.ctypes.data_as(_library._float_p)
+    """The address of a checked array, or None (NULL)."""
+    return None if a is None else a.ctypes.data
 
 
 def _array(a, name, shape=None):

@@ -3,7 +3,10 @@ import ctypes
 import ctypes.util
 import os
 
-_float_p = ctypes.POINTER(ctypes.c_float)
+# float32 arrays go by address (ndarray.ctypes.data, an int): ctypes.data_as() took
+# 2.5 us per array, half of a small call's time (LayerNorm of 1x64 with gamma, beta
+# and out: 9.3 -> 4.9 us per call).
+_addr = ctypes.c_void_p
 _size_t = ctypes.c_size_t
 _status = ctypes.c_int
 
@@ -17,30 +20,30 @@ _SIGNATURES = {
     "nk_set_isa": (_status, [ctypes.c_char_p]),
     "nk_get_num_threads": (ctypes.c_int, []),
     "nk_set_num_threads": (_status, [ctypes.c_int]),
-    "nk_layernorm_forward_f32": (_status, [_size_t, _size_t, _float_p, _float_p, _float_p,
-                                           ctypes.c_float, _float_p, _float_p, _float_p]),
-    "nk_rmsnorm_forward_f32": (_status, [_size_t, _size_t, _float_p, _float_p,
-                                         ctypes.c_float, _float_p, _float_p]),
-    "nk_add_layernorm_forward_f32": (_status, [_size_t, _size_t, _float_p, _float_p,
-                                               _float_p, _float_p, ctypes.c_float,
-                                               _float_p, _float_p, _float_p, _float_p]),
-    "nk_add_rmsnorm_forward_f32": (_status, [_size_t, _size_t, _float_p, _float_p,
-                                             _float_p, ctypes.c_float, _float_p,
-                                             _float_p, _float_p]),
+    "nk_layernorm_forward_f32": (_status, [_size_t, _size_t, _addr, _addr, _addr,
+                                           ctypes.c_float, _addr, _addr, _addr]),
+    "nk_rmsnorm_forward_f32": (_status, [_size_t, _size_t, _addr, _addr,
+                                         ctypes.c_float, _addr, _addr]),
+    "nk_add_layernorm_forward_f32": (_status, [_size_t, _size_t, _addr, _addr,
+                                               _addr, _addr, ctypes.c_float,
+                                               _addr, _addr, _addr, _addr]),
+    "nk_add_rmsnorm_forward_f32": (_status, [_size_t, _size_t, _addr, _addr,
+                                             _addr, ctypes.c_float, _addr,
+                                             _addr, _addr]),
     "nk_batchnorm_forward_training_f32": (_status, [
-        _size_t, _size_t, _size_t, ctypes.c_int, _float_p, _float_p, _float_p,
-        ctypes.c_float, ctypes.c_float, _float_p, _float_p, _float_p, _float_p, _float_p]),
+        _size_t, _size_t, _size_t, ctypes.c_int, _addr, _addr, _addr,
+        ctypes.c_float, ctypes.c_float, _addr, _addr, _addr, _addr, _addr]),
     "nk_batchnorm_forward_inference_f32": (_status, [
-        _size_t, _size_t, _size_t, ctypes.c_int, _float_p, _float_p, _float_p, _float_p,
-        _float_p, ctypes.c_float, _float_p]),
+        _size_t, _size_t, _size_t, ctypes.c_int, _addr, _addr, _addr, _addr,
+        _addr, ctypes.c_float, _addr]),
     "nk_batchnorm_moments_f32": (_status, [_size_t, _size_t, _size_t, ctypes.c_int,
-                                           _float_p, _float_p, _float_p]),
-    "nk_moments_merge_f32": (_status, [_size_t, ctypes.c_uint64, _float_p, _float_p,
-                                       ctypes.c_uint64, _float_p, _float_p, _float_p,
-                                       _float_p]),
-    "nk_batchnorm_update_running_f32": (_status, [_size_t, ctypes.c_uint64, _float_p,
-                                                  _float_p, ctypes.c_float, _float_p,
-                                                  _float_p]),
+                                           _addr, _addr, _addr]),
+    "nk_moments_merge_f32": (_status, [_size_t, ctypes.c_uint64, _addr, _addr,
+                                       ctypes.c_uint64, _addr, _addr, _addr,
+                                       _addr]),
+    "nk_batchnorm_update_running_f32": (_status, [_size_t, ctypes.c_uint64, _addr,
+                                                  _addr, ctypes.c_float, _addr,
+                                                  _addr]),
 }
 
 
