@@ -372,13 +372,26 @@ TEST_P(LayerNormTest, LargeTensorsStream) {
     c.fill = fill_for(256);
     ASSERT_GE(CheckCase(c), 0);
   }
+  // Streamed groups with every row of y at NumPy's and malloc's 16 bytes, or one float,
+  // past a vector boundary: each row is peeled to it (in place too).
+  for (Op op : {Op::kLayerNorm, Op::kAddRmsNorm}) {
+    Case c;
+    c.op = op;
+    c.rows = kRows;
+    c.cols = 1024;
+    c.misalign = op == Op::kLayerNorm ? 4 : 1;
+    c.fill = fill_for(1024);
+    ASSERT_GE(CheckCase(c), 0);
+  }
   Case c;
   c.rows = 2048;
   c.cols = 4096;
   c.alias = Alias::kYIsX;
+  c.misalign = 4;
   c.fill = fill_for(1027);
   ASSERT_GE(CheckCase(c), 0);
   c.alias = Alias::kNone;
+  c.misalign = 0;
   c.rows = kRows;
   c.cols = 1024;
   c.fill = fill_for(1024);
