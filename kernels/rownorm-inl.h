@@ -89,16 +89,6 @@ Moments ChunkMomentsT(const RowNormJob& job, size_t row, size_t c0, size_t n,
 // outputs take non-temporal stores instead.
 constexpr size_t kWriteAheadBytes = 8192;
 
-// The elements of y before its first vector boundary (0 for y that is not even
-// float-aligned: it is stored unaligned throughout).
-template <class D>
-HWY_INLINE size_t HeadToAlign(D d, const float* y) {
-  const size_t bytes = hn::Lanes(d) * sizeof(float);
-  const uintptr_t addr = reinterpret_cast<uintptr_t>(y);
-  if (addr % sizeof(float) != 0) return 0;
-  return (bytes - addr % bytes) % bytes / sizeof(float);
-}
-
 // ((v - mean) * rstd) * gamma + beta for a loaded v, gamma, beta (RMSNorm: no mean;
 // an absent gamma / beta is not read).
 template <bool kCenter, bool kGamma, bool kBeta, class V>

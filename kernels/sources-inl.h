@@ -1,4 +1,5 @@
-// sources-inl.h: what a row is read from (x, x + residual, rescaled), per target.
+// sources-inl.h: what a row is read from (x, x + residual, rescaled), per target, and
+// the loop helpers the row and channel paths share (read-ahead, tails, y's alignment).
 // A source loads the row's elements [i, i + Lanes(d)) as fp32; the bf16 sources
 // will widen here, so statistics and normalization code is written once.
 #if defined(NK_KERNELS_SOURCES_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -7,6 +8,8 @@
 #else
 #define NK_KERNELS_SOURCES_INL_H_
 #endif
+
+#include <stdint.h>
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
@@ -84,6 +87,16 @@ HWY_INLINE void ForEachVector(D d, size_t begin, size_t end, const Func& f) {
   for (; i + N <= end; i += N) f(d, i);
   const hn::CappedTag<float, 1> d1;
   for (; i < end; ++i) f(d1, i);
+}
+
+// The elements of y before its first vector boundary (0 for y that is not even
+// float-aligned: it is stored unaligned throughout).
+template <class D>
+HWY_INLINE size_t HeadToAlign(D d, const float* y) {
+  const size_t bytes = hn::Lanes(d) * sizeof(float);
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(y);
+  if (addr % sizeof(float) != 0) return 0;
+  return (bytes - addr % bytes) % bytes / sizeof(float);
 }
 
 }  // namespace HWY_NAMESPACE

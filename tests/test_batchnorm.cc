@@ -141,17 +141,24 @@ TEST_P(BatchNorm, LargeTensorsStream) {
   narrow.n = 8, narrow.c = 3, narrow.spatial = 174763, narrow.layout = NK_LAYOUT_NHWC;
   ASSERT_EQ(RunAndCheckBn(narrow), 0);
   // NCHW planes whose boundaries fall inside vectors (196, short planes) or that are
-  // shorter than a vector (7), a misaligned y, in place; the same bits for 1 and 3
+  // shorter than a vector (7), a misaligned y, in place; NHWC rows streamed to a y at
+  // NumPy's 16 bytes or one float past a vector boundary (peeled to it: column blocks,
+  // wide rows in place, narrow rows through their period); the same bits for 1 and 3
   // threads.
   struct Shape {
     size_t n, c, spatial, misalign;
     bool in_place;
+    nk_layout layout;
   };
-  for (const Shape& s : {Shape{168, 256, 196, 1, false}, Shape{18750, 64, 7, 3, true}}) {
+  for (const Shape& s : {Shape{168, 256, 196, 1, false, NK_LAYOUT_NCHW},
+                         Shape{18750, 64, 7, 3, true, NK_LAYOUT_NCHW},
+                         Shape{84, 256, 196, 4, false, NK_LAYOUT_NHWC},
+                         Shape{16, 2048, 128, 1, true, NK_LAYOUT_NHWC},
+                         Shape{16, 24, 11000, 4, false, NK_LAYOUT_NHWC}}) {
     for (bool training : {true, false}) {
       BnCase k;
       k.n = s.n, k.c = s.c, k.spatial = s.spatial, k.misalign = s.misalign;
-      k.in_place = s.in_place, k.training = training;
+      k.in_place = s.in_place, k.training = training, k.layout = s.layout;
       if (training) {
         ExpectSameBitsForThreadCounts(k, {1, 3});
       } else {
