@@ -65,9 +65,7 @@ HWY_INLINE void AffineSpan(const float* x, size_t n, const SpanAffine& a, bool s
   size_t i = 0;
   if (stream && reinterpret_cast<uintptr_t>(y) % sizeof(float) == 0) {
     const hn::CappedTag<float, 1> d1;
-    for (; i < n && reinterpret_cast<uintptr_t>(y + i) % (N * sizeof(float)) != 0; ++i) {
-      store(d1, i);
-    }
+    for (const size_t head = HWY_MIN(HeadToAlign(d, y), n); i < head; ++i) store(d1, i);
     for (; i + N <= n; i += N) hn::Stream(value(d, i), d, y + i);
   }
   for (; i + 4 * N <= n; i += 4 * N) {
