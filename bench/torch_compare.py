@@ -1,0 +1,181 @@
+"""torch_compare.py [--threads 1,2] [--readme README.md] [--quick]: libnormkernels
+against PyTorch's CPU operators, per call, on the shapes users run.
+
+Both sides are called from Python on the same float32 data: PyTorch's operators
+(F.layer_norm, F.batch_norm, and RMSNorm as Hugging Face's Llama writes it, since
+this PyTorch has no F.rms_norm) and the normkernels binding with preallocated outputs
+(PyTorch has no out= for these and allocates; run this with glibc's mmap turned off,
+MALLOC_MMAP_MAX_=0, as scripts/bench.sh does, so that its 64 MiB outputs are reused
+memory rather than fresh pages, as with the caching allocators PyTorch recommends).
+Tensors lie on 64-byte boundaries, as PyTorch's allocator places them. Batches of
+calls of the two sides alternate, so that both see the same drift of the machine's
+speed; each figure is the median over the batches. Each case first checks that both
+sides give the same y (within 1e-3). --quick (ctest) runs the first three cases of
+each kind, one batch each.
+"""
+import argparse
+import os
+import re
+import sys
+import time
+
+import numpy as np
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:
+    print("torch_compare: PyTorch is not installed (Debian: python3-torch)")
+    sys.exit(77)  # ctest: skipped
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import normkernels as nk  # noqa: E402
+
+EPS = 1e-5
+BATCHES = 7
+BATCH_SECONDS = 0.02
+
+
+def per_call(fns, batches):
+    """Median seconds per call of each function in fns, batches alternating."""
+    repeats = []
+    for fn in fns:  # warm up, then size a batch to about BATCH_SECONDS
+        fn()
+        t = time.perf_counter()
+        fn()
+        repeats.append(max(1, int(BATCH_SECONDS / max(time.perf_counter() - t, 1e-7))))
+    times = [[] for _ in fns]
+    for _ in range(batches):
+        for k, fn in enumerate(fns):
+            t = time.perf_counter()
+            for _ in range(repeats[k]):
+                fn()
+            times[k].append((time.perf_counter() - t) / repeats[k])
+    return [sorted(ts)[len(ts) // 2] for ts in times]
+
+
+def aligned(a):
+    """A copy of a on a 64-byte boundary, as PyTorch's CPU allocator places tensors
+    (NumPy's large arrays lie 16 bytes past one)."""
+    raw = np.empty(a.size + 16, np.float32)
+    start = (-raw.ctypes.data % 64) // 4
+    out = raw[start:start + a.size].reshape(a.shape)
+    out[...] = a
+    return out
+
+
+def rownorm_cases(rng):
+    """(op, shape, torch fn, normkernels fn, torch's y as normkernels lays it out) of
+    the LayerNorm family."""
+    for rows, cols, what in [(8, 4096, "decode, 7B"), (512, 768, "BERT-base"),
+                             (256, 4096, "4 MiB"), (2048, 4096, "prefill, 7B")]:
+        x = aligned(rng.standard_normal((rows, cols), dtype=np.float32))
+        r = aligned(rng.standard_normal((rows, cols), dtype=np.float32))
+        g = aligned(1 + 0.1 * rng.standard_normal(cols))
+        b = aligned(0.1 * rng.standard_normal(cols))
+        y = aligned(x)
+        tx, tr, tg, tb = (torch.from_numpy(a) for a in (x, r, g, b))
+        shape = f"{rows}x{cols} ({what})"
+
+        def rms(t):
+            return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + EPS) * tg
+
+        yield ("layer_norm", shape, lambda: F.layer_norm(tx, (cols,), tg, tb, EPS),
+               lambda: nk.layer_norm(x, g, b, EPS, out=y), torch.Tensor.numpy)
+        yield ("rms_norm", shape, lambda: rms(tx), lambda: nk.rms_norm(x, g, EPS, out=y),
+               torch.Tensor.numpy)
+        yield ("add_layer_norm", shape,
+               lambda: F.layer_norm(tx + tr, (cols,), tg, tb, EPS),
+               lambda: nk.add_layer_norm(x, r, g, b, EPS, out=y)[0], torch.Tensor.numpy)
+
+
+def batchnorm_cases(rng):
+    """The same for BatchNorm, both layouts."""
+    for n, c, h, w in [(32, 64, 56, 56), (256, 256, 14, 14), (8, 512, 7, 7)]:
+        x = aligned(rng.standard_normal((n, c, h, w), dtype=np.float32))
+        g = aligned(1 + 0.1 * rng.standard_normal(c))
+        b = aligned(0.1 * rng.standard_normal(c))
+        tg, tb = torch.from_numpy(g), torch.from_numpy(b)
+        for channels_last in (False, True):
+            tx = torch.from_numpy(x)
+            if channels_last:
+                tx = tx.contiguous(memory_format=torch.channels_last)
+            # The same memory as tx: (N, H, W, C) for channels_last.
+            nx = tx.permute(0, 2, 3, 1).numpy() if channels_last else x
+            y = aligned(nx)
+            # Training updates its own running statistics; inference reads shared ones.
+            t_mean, t_var = torch.zeros(c), torch.ones(c)
+            n_mean, n_var = np.zeros(c, np.float32), np.ones(c, np.float32)
+            i_mean = aligned(np.arange(c, dtype=np.float32))
+            i_var = aligned(1 + np.arange(c, dtype=np.float32) % 3)
+            ti_mean, ti_var = torch.from_numpy(i_mean), torch.from_numpy(i_var)
+            shape = f"{n}x{c}x{h}x{w} {'NHWC' if channels_last else 'NCHW'}"
+            layout = ((lambda t: t.permute(0, 2, 3, 1).numpy()) if channels_last
+                      else torch.Tensor.numpy)
+            yield ("batch_norm training", shape,
+                   lambda tx=tx, t_mean=t_mean, t_var=t_var: F.batch_norm(
+                       tx, t_mean, t_var, tg, tb, True, 0.1, EPS),
+                   lambda nx=nx, y=y, n_mean=n_mean, n_var=n_var, cl=channels_last:
+                       nk.batch_norm(nx, n_mean, n_var, g, b, True, 0.1, EPS, cl, out=y),
+                   layout)
+            yield ("batch_norm inference", shape,
+                   lambda tx=tx, m=ti_mean, v=ti_var: F.batch_norm(
+                       tx, m, v, tg, tb, False, 0.1, EPS),
+                   lambda nx=nx, y=y, m=i_mean, v=i_var, cl=channels_last:
+                       nk.batch_norm(nx, m, v, g, b, False, 0.1, EPS, cl, out=y),
+                   layout)
+
+
+def torch_isa():
+    """The instruction set PyTorch's own CPU kernels run at, as its build reports it."""
+    found = re.search(r"CPU capability usage: (\S+)", torch.__config__.show())
+    return found.group(1) if found else "?"
+
+
+def table(threads, quick):
+    rng = np.random.default_rng(0)
+    lines = []
+    for t in threads:
+        torch.set_num_threads(t)
+        nk.set_num_threads(t)
+        for cases in (rownorm_cases, batchnorm_cases):
+            for k, (op, shape, torch_fn, nk_fn, layout) in enumerate(cases(rng)):
+                if quick and k >= 3:
+                    break
+                if not np.allclose(nk_fn(), layout(torch_fn()), rtol=1e-3, atol=1e-3):
+                    sys.exit(f"torch_compare: {op} {shape}: normkernels and PyTorch differ")
+                torch_s, nk_s = per_call([torch_fn, nk_fn], 1 if quick else BATCHES)
+                lines.append(f"| {op} | {shape} | {t} | {torch_s * 1e6:.1f} | "
+                             f"{nk_s * 1e6:.1f} | {torch_s / nk_s:.2f} |")
+                print(lines[-1], flush=True)
+    head = [f"PyTorch {torch.__version__} (its kernels at {torch_isa()}), normkernels at "
+            f"{nk.isa()}; microseconds per call from Python, medians of "
+            f"{BATCHES} alternating batches (`bench/torch_compare.py`, run by "
+            "`scripts/bench.sh`).", "",
+            "| op | shape | threads | PyTorch us | normkernels us | speed-up |",
+            "| --- | --- | ---: | ---: | ---: | ---: |"]
+    return head + lines
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", default=f"1,{os.cpu_count()}")
+    parser.add_argument("--readme", help="rewrite this README's torch section")
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    threads = sorted({int(t) for t in args.threads.split(",")})
+    print("| op | shape | threads | PyTorch us | normkernels us | speed-up |")
+    text = "\n".join(table(threads, args.quick))
+    if args.readme:
+        with open(args.readme) as f:
+            old = f.read()
+        block = ("<!-- torch:begin (regenerated by scripts/bench.sh) -->\n" + text +
+                 "\n<!-- torch:end -->")
+        new = re.sub(r"<!-- torch:begin.*?<!-- torch:end -->", lambda _: block, old,
+                     flags=re.S)
+        with open(args.readme, "w") as f:
+            f.write(new)
+
+
+if __name__ == "__main__":
+    main()
