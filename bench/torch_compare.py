@@ -28,7 +28,8 @@ except ImportError:
     print("torch_compare: PyTorch is not installed (Debian: python3-torch)")
     sys.exit(77)  # ctest: skipped
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import normkernels as nk  # noqa: E402
 
 EPS = 1e-5
@@ -143,7 +144,7 @@ def table(threads, quick):
                 if quick and k >= 3:
                     break
                 if not np.allclose(nk_fn(), layout(torch_fn()), rtol=1e-3, atol=1e-3):
-                    sys.exit(f"torch_compare: {op} {shape}: normkernels and PyTorch differ")
+                    sys.exit(f"torch_compare: {op} {shape}: the two sides' y differ")
                 torch_s, nk_s = per_call([torch_fn, nk_fn], 1 if quick else BATCHES)
                 lines.append(f"| {op} | {shape} | {t} | {torch_s * 1e6:.1f} | "
                              f"{nk_s * 1e6:.1f} | {torch_s / nk_s:.2f} |")

@@ -514,7 +514,8 @@ HWY_INLINE void ColumnMapRows(const float* x, size_t rows, size_t c,
 HWY_INLINE void ColumnApplyRows(const float* x, size_t rows, size_t c,
                                 const ColumnAffine& a, bool stream, float* y) {
   const hn::ScalableTag<float> d;
-  const size_t head = stream && rows >= 2 && c % hn::Lanes(d) == 0 ? HeadToAlign(d, y) : 0;
+  const bool peel = stream && rows >= 2 && c % hn::Lanes(d) == 0;
+  const size_t head = peel ? HeadToAlign(d, y) : 0;
   if (head == 0) return ColumnMapRows(x, rows, c, a, stream, y);
   constexpr size_t kLineFloats = 64 / sizeof(float);
   thread_local std::vector<float> buffer;  // the rotated parameters, from a line on
@@ -523,8 +524,8 @@ HWY_INLINE void ColumnApplyRows(const float* x, size_t rows, size_t c,
   } catch (const std::bad_alloc&) {
     return ColumnMapRows(x, rows, c, a, stream, y);  // only slower
   }
-  float* rotated = buffer.data() +
-                   (64 - reinterpret_cast<uintptr_t>(buffer.data()) % 64) % 64 / sizeof(float);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(buffer.data());
+  float* rotated = buffer.data() + (64 - base % 64) % 64 / sizeof(float);
   const float* in[5] = {a.scale, a.shift, a.rstd, a.mul, a.add};
   const float* from_head[5];
   const float* turned[5];

@@ -25,5 +25,6 @@ mkdir -p results
 # PyTorch's operators beside the library, per call from Python; glibc's mmap off, so
 # that PyTorch's fresh outputs reuse memory (as with the allocators it recommends)
 # instead of faulting in new pages on every call.
-MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 NK_LIBRARY="$build/libnormkernels.so" \
-  /usr/bin/python3 bench/torch_compare.py --readme README.md
+MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 \
+  NK_LIBRARY="$build/libnormkernels.so" /usr/bin/python3 bench/torch_compare.py \
+  --readme README.md
