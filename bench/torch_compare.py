@@ -2,16 +2,17 @@
 against PyTorch's CPU operators, per call, on the shapes users run.
 
 Both sides are called from Python on the same float32 data: PyTorch's operators
-(F.layer_norm, F.batch_norm, and RMSNorm as Hugging Face's Llama writes it, since
-this PyTorch has no F.rms_norm) and the normkernels binding with preallocated outputs
-(PyTorch has no out= for these and allocates; run this with glibc's mmap turned off,
-MALLOC_MMAP_MAX_=0, as scripts/bench.sh does, so that its 64 MiB outputs are reused
-memory rather than fresh pages, as with the caching allocators PyTorch recommends).
-Tensors lie on 64-byte boundaries, as PyTorch's allocator places them. Batches of
-calls of the two sides alternate, so that both see the same drift of the machine's
-speed; each figure is the median over the batches. Each case first checks that both
-sides give the same y (within 1e-3). --quick (ctest) runs the first three cases of
-each kind, one batch each.
+(F.layer_norm, also after torch.add(x, residual, out=), F.batch_norm, and RMSNorm as
+Hugging Face's Llama writes it, since this PyTorch has no F.rms_norm) and the
+normkernels binding with preallocated outputs (PyTorch has no out= for these and
+allocates; run this with glibc's mmap turned off, MALLOC_MMAP_MAX_=0, as
+scripts/bench.sh does, so that its large outputs are reused memory rather than fresh
+pages, as with the caching allocators PyTorch recommends). Tensors lie on 64-byte
+boundaries, as PyTorch's allocator places them. Batches of calls of the two sides
+alternate, so that both see the same drift of the machine's speed; each figure is the
+median over the batches. Each case first checks that both sides give the same y
+(within 1e-3). --quick (ctest) runs the first three cases of each kind, one batch
+each.
 """
 import argparse
 import os
@@ -74,8 +75,8 @@ def rownorm_cases(rng):
         r = aligned(rng.standard_normal((rows, cols), dtype=np.float32))
         g = aligned(1 + 0.1 * rng.standard_normal(cols))
         b = aligned(0.1 * rng.standard_normal(cols))
-        y = aligned(x)
-        tx, tr, tg, tb = (torch.from_numpy(a) for a in (x, r, g, b))
+        y, s = aligned(x), aligned(x)
+        tx, tr, tg, tb, ts = (torch.from_numpy(a) for a in (x, r, g, b, s))
         shape = f"{rows}x{cols} ({what})"
 
         def rms(t):
@@ -85,9 +86,13 @@ def rownorm_cases(rng):
                lambda: nk.layer_norm(x, g, b, EPS, out=y), torch.Tensor.numpy)
         yield ("rms_norm", shape, lambda: rms(tx), lambda: nk.rms_norm(x, g, EPS, out=y),
                torch.Tensor.numpy)
-        yield ("add_layer_norm", shape,
-               lambda: F.layer_norm(tx + tr, (cols,), tg, tb, EPS),
-               lambda: nk.add_layer_norm(x, r, g, b, EPS, out=y)[0], torch.Tensor.numpy)
+        def add_layer_norm():  # the sum into a preallocated tensor, as the library's
+            torch.add(tx, tr, out=ts)
+            return F.layer_norm(ts, (cols,), tg, tb, EPS)
+
+        yield ("add_layer_norm", shape, add_layer_norm,
+               lambda: nk.add_layer_norm(x, r, g, b, EPS, out=y, sum_out=s)[0],
+               torch.Tensor.numpy)
 
 
 def batchnorm_cases(rng):

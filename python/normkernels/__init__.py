@@ -103,14 +103,15 @@ def _output(out, like, name):
     return out
 
 
-def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stats):
+def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stats,
+             sum_out=None):
     x = _array(x, "x")
     rows, cols = _rows_cols(x)
     residual = _array(residual, "residual", x.shape)
     gamma = _array(gamma, "gamma", (cols,))
     beta = _array(beta, "beta", (cols,))
     y = _output(out, x, "out")
-    s = np.empty_like(x) if return_sum else None
+    s = _output(sum_out, x, "sum_out") if return_sum else None
     lead = x.shape[:-1]
     mean = np.empty(lead, np.float32) if (return_stats and center) else None
     rstd = np.empty(lead, np.float32) if return_stats else None
@@ -153,16 +154,21 @@ def rms_norm(x, gamma=None, eps=1e-5, out=None, return_stats=False):
 
 
 def add_layer_norm(x, residual, gamma=None, beta=None, eps=1e-5, out=None,
-                   return_stats=False):
+                   return_stats=False, sum_out=None):
     """The pre-norm residual step: s = x + residual, y = LayerNorm(s).
 
-    Returns (y, s), or (y, s, mean, rstd) with return_stats."""
-    return _forward(True, x, residual, gamma, beta, eps, out, True, return_stats)
+    Returns (y, s), or (y, s, mean, rstd) with return_stats. s goes to sum_out when
+    given, which may be residual (the residual stream updated in place) or x."""
+    return _forward(True, x, residual, gamma, beta, eps, out, True, return_stats,
+                    sum_out)
 
 
-def add_rms_norm(x, residual, gamma=None, eps=1e-5, out=None, return_stats=False):
-    """s = x + residual, y = RMSNorm(s). Returns (y, s), or (y, s, rrms)."""
-    return _forward(False, x, residual, gamma, None, eps, out, True, return_stats)
+def add_rms_norm(x, residual, gamma=None, eps=1e-5, out=None, return_stats=False,
+                 sum_out=None):
+    """s = x + residual, y = RMSNorm(s). Returns (y, s), or (y, s, rrms); sum_out as
+    in add_layer_norm."""
+    return _forward(False, x, residual, gamma, None, eps, out, True, return_stats,
+                    sum_out)
 
 
 _NCHW, _NHWC = 0, 1

@@ -83,6 +83,37 @@ def test_fused_add_forms(center):
     assert np.all(np.abs(y - want) <= bound)
 
 
+@pytest.mark.parametrize("center", [True, False])
+def test_fused_sum_out(center):
+    """s into a given array: residual (the residual stream in place), x, or another."""
+    x, res = data((5, 96), 20), data((5, 96), 21)
+    gamma, beta = data((96,), 22), data((96,), 23)
+
+    def call(x, res, **kw):
+        if center:
+            return nk.add_layer_norm(x, res, gamma, beta, **kw)
+        return nk.add_rms_norm(x, res, gamma, **kw)
+
+    want_y, want_s = call(x, res)
+    other = np.empty_like(x)
+    y, s = call(x, res, sum_out=other)
+    assert s is other
+    np.testing.assert_array_equal(s, want_s)
+    np.testing.assert_array_equal(y, want_y)
+    for into in ("residual", "x"):
+        xi, ri = x.copy(), res.copy()
+        target = ri if into == "residual" else xi
+        y, s = call(xi, ri, sum_out=target)
+        assert s is target
+        np.testing.assert_array_equal(s, want_s)
+        np.testing.assert_array_equal(y, want_y)
+    with pytest.raises(ValueError, match="sum_out"):
+        call(x, res, sum_out=np.empty((5, 95), np.float32))
+    with pytest.raises(nk.NormKernelsError):  # s and y overlap without being equal
+        buf = np.empty(5 * 96 + 1, np.float32)
+        call(x, res, out=buf[1:].reshape(5, 96), sum_out=buf[:-1].reshape(5, 96))
+
+
 def test_in_place_and_out():
     x = data((3, 64), 10)
     want = nk.layer_norm(x.copy())
