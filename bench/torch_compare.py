@@ -68,7 +68,8 @@ def aligned(a):
 
 def rownorm_cases(rng):
     """(op, shape, torch fn, normkernels fn, torch's y as normkernels lays it out) of
-    the LayerNorm family."""
+    the LayerNorm family. Each case is timed before the next is made, so the functions
+    may use the loops' variables."""
     for rows, cols, what in [(8, 4096, "decode, 7B"), (512, 768, "BERT-base"),
                              (256, 4096, "4 MiB"), (2048, 4096, "prefill, 7B")]:
         x = aligned(rng.standard_normal((rows, cols), dtype=np.float32))
@@ -109,27 +110,23 @@ def batchnorm_cases(rng):
             # The same memory as tx: (N, H, W, C) for channels_last.
             nx = tx.permute(0, 2, 3, 1).numpy() if channels_last else x
             y = aligned(nx)
-            # Training updates its own running statistics; inference reads shared ones.
-            t_mean, t_var = torch.zeros(c), torch.ones(c)
-            n_mean, n_var = np.zeros(c, np.float32), np.ones(c, np.float32)
+            # Training updates running statistics of its own; inference reads fixed ones.
             i_mean = aligned(np.arange(c, dtype=np.float32))
             i_var = aligned(1 + np.arange(c, dtype=np.float32) % 3)
-            ti_mean, ti_var = torch.from_numpy(i_mean), torch.from_numpy(i_var)
+            stats = {True: (torch.zeros(c), torch.ones(c), np.zeros(c, np.float32),
+                            np.ones(c, np.float32)),
+                     False: (torch.from_numpy(i_mean), torch.from_numpy(i_var), i_mean,
+                             i_var)}
             shape = f"{n}x{c}x{h}x{w} {'NHWC' if channels_last else 'NCHW'}"
             layout = ((lambda t: t.permute(0, 2, 3, 1).numpy()) if channels_last
                       else torch.Tensor.numpy)
-            yield ("batch_norm training", shape,
-                   lambda tx=tx, t_mean=t_mean, t_var=t_var: F.batch_norm(
-                       tx, t_mean, t_var, tg, tb, True, 0.1, EPS),
-                   lambda nx=nx, y=y, n_mean=n_mean, n_var=n_var, cl=channels_last:
-                       nk.batch_norm(nx, n_mean, n_var, g, b, True, 0.1, EPS, cl, out=y),
-                   layout)
-            yield ("batch_norm inference", shape,
-                   lambda tx=tx, m=ti_mean, v=ti_var: F.batch_norm(
-                       tx, m, v, tg, tb, False, 0.1, EPS),
-                   lambda nx=nx, y=y, m=i_mean, v=i_var, cl=channels_last:
-                       nk.batch_norm(nx, m, v, g, b, False, 0.1, EPS, cl, out=y),
-                   layout)
+            for training in (True, False):
+                t_mean, t_var, n_mean, n_var = stats[training]
+                yield (f"batch_norm {'training' if training else 'inference'}", shape,
+                       lambda: F.batch_norm(tx, t_mean, t_var, tg, tb, training, 0.1, EPS),
+                       lambda: nk.batch_norm(nx, n_mean, n_var, g, b, training, 0.1, EPS,
+                                             channels_last, out=y),
+                       layout)
 
 
 def torch_isa():
