@@ -123,7 +123,8 @@ def batchnorm_cases(rng):
             for training in (True, False):
                 t_mean, t_var, n_mean, n_var = stats[training]
                 yield (f"batch_norm {'training' if training else 'inference'}", shape,
-                       lambda: F.batch_norm(tx, t_mean, t_var, tg, tb, training, 0.1, EPS),
+                       lambda: F.batch_norm(tx, t_mean, t_var, tg, tb, training, 0.1,
+                                            EPS),
                        lambda: nk.batch_norm(nx, n_mean, n_var, g, b, training, 0.1, EPS,
                                              channels_last, out=y),
                        layout)
