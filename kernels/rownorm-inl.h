@@ -274,14 +274,15 @@ HWY_INLINE void FinalizeGroup(const Moments (&m)[kGroupRows], float eps,
 // (scale 1): each gamma / beta vector is loaded once for all of them. The same
 // operations per element as NormalizeSpan, so the same bits.
 //
-// With `stream` (outputs far larger than the cache; y and cols vector-aligned), y is
-// written with non-temporal stores while the next group's rows (up to row next_end) of
-// x (and residual) are asked for, a line of each row per column: memory reads the next
-// group while this one is written, as in a copy, and the next group's statistics find it
-// in the cache. LayerNorm of 64 MiB, 768-8192 columns, 1 thread, in the benchmark:
-// 0.68-0.83x of a copy, where taking the next row's statistics block by block between
-// the stores of this one gave 0.49-0.61x (asking for one line in four: 0.52-0.76x;
-// without the statistics' own read-ahead: 0.40-0.48x).
+// With `stream` (outputs far larger than the cache; every row of y at one offset from a
+// vector boundary, peeled to it as with align_y), y is written with non-temporal stores
+// while the next group's rows (up to row next_end) of x (and residual) are asked for, a
+// line of each row per column: memory reads the next group while this one is written, as
+// in a copy, and the next group's statistics find it in the cache. LayerNorm of 64 MiB,
+// 768-8192 columns, 1 thread, in the benchmark: 0.68-0.83x of a copy, where taking the
+// next row's statistics block by block between the stores of this one gave 0.49-0.61x
+// (asking for one line in four: 0.52-0.76x; without the statistics' own read-ahead:
+// 0.40-0.48x).
 template <bool kCenter, bool kGamma, bool kBeta, class Src>
 HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRows],
                                const SetStats (&st)[kGroupRows], size_t r, bool stream,
