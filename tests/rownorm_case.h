@@ -100,7 +100,7 @@ inline Result RunCase(const Case& c, std::vector<float>* x_in = nullptr,
       beta(c.cols, c.misalign);
   const uint32_t seed = Seed(c.rows * 1000003 + c.cols);
   FillNormal(x, seed);
-  FillNormal(res, seed + 1, 0.0f, 0.5f);
+  if (fused) FillNormal(res, seed + 1, 0.0f, 0.5f);
   FillNormal(gamma, seed + 2, 1.0f, 0.25f);
   FillNormal(beta, seed + 3, 0.0f, 0.5f);
   if (c.fill) c.fill(x, res);

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <malloc.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -47,6 +49,15 @@ inline std::string IsaName(const ::testing::TestParamInfo<std::string>& info) {
 #define NK_INSTANTIATE_FOR_EACH_ISA(suite) \
   INSTANTIATE_TEST_SUITE_P(Isa, suite, ::testing::ValuesIn(::nk_test::Isas()), \
                            ::nk_test::IsaName)
+
+// The 32 MiB tests allocate and free many large buffers; glibc maps each one afresh
+// and faults its pages in again, which took half of those tests' time on this VM.
+// They stay on the heap instead. (The sanitizers' allocators ignore this.)
+inline const bool kLargeBuffersReused = [] {
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
+  return true;
+}();
 
 // A float buffer of exactly `n` elements that starts `misalign` floats past a
 // 64-byte boundary, so a sanitizer sees any access past either end.
