@@ -76,7 +76,10 @@ typedef enum nk_status {
   NK_ERR_OVERLAP = 4,          /* an output overlaps something it may not */
   NK_ERR_UNSUPPORTED = 5,      /* valid request that this build or CPU cannot serve */
   NK_ERR_OUT_OF_MEMORY = 6,
-  NK_STATUS_MAX_ENUM = 0x7FFFFFFF /* not a status: gives the enum the range of int */
+  /* Not statuses: they give the enum the range of int, so that any int a caller
+     passes (or a C++ caller casts) is a value of the type. */
+  NK_STATUS_MIN_ENUM = -0x7FFFFFFF - 1,
+  NK_STATUS_MAX_ENUM = 0x7FFFFFFF
 } nk_status;
 
 /* A short English name of s ("NK_OK: success", ...); never NULL, also for values
@@ -96,8 +99,10 @@ typedef uint16_t nk_bf16; /* bfloat16 bit pattern (the top half of an IEEE float
 typedef enum nk_layout {  /* spatial dims flattened into `spatial` */
   NK_LAYOUT_NCHW = 0,     /* [n][c][spatial], channels first */
   NK_LAYOUT_NHWC = 1,     /* [n][spatial][c], channels last */
-  /* Not a layout: gives the enum the range of int, so that a C++ caller's
-     static_cast<nk_layout>(2) is a valid value, which the kernels refuse. */
+  /* Not layouts: they give the enum the range of int, so that any int a caller
+     passes (or a C++ caller's static_cast<nk_layout>(2)) is a value of the type,
+     which the kernels refuse. */
+  NK_LAYOUT_MIN_ENUM = -0x7FFFFFFF - 1,
   NK_LAYOUT_MAX_ENUM = 0x7FFFFFFF
 } nk_layout;
 

@@ -44,6 +44,7 @@ const char* nk_status_string(nk_status s) {
       return "NK_ERR_UNSUPPORTED: not supported by this build or CPU";
     case NK_ERR_OUT_OF_MEMORY:
       return "NK_ERR_OUT_OF_MEMORY: out of memory";
+    case NK_STATUS_MIN_ENUM:
     case NK_STATUS_MAX_ENUM:
       break;
   }

@@ -14,9 +14,9 @@ namespace {
 
 constexpr size_t kMax = std::numeric_limits<size_t>::max();
 
-// Buffers of a small valid call (n 2, c 3, spatial 4), every output NaN-filled.
+// Buffers of a small valid call, every output NaN-filled.
 struct Bn {
-  static constexpr size_t n = 2, c = 3, spatial = 4, elements = 24;
+  static constexpr size_t c = 3, elements = 2 * c * 4;  // n 2, spatial 4
   Buffer x{elements}, y{elements}, gamma{c}, beta{c}, rm{c}, rv{c}, sm{c}, sr{c}, mean{c},
       var{c}, m2{c};
   Bn() {
