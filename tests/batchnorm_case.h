@@ -70,9 +70,8 @@ inline BnRun RunBn(const BnCase& k) {
   Buffer mean(k.c, m), var(k.c, m), rm(k.c, m), rv(k.c, m), sm(k.c, m), sr(k.c, m);
   const uint32_t seed = Seed(k.n * 7919 + k.c * 104729 + k.spatial);
   FillNormal(x, seed);
-  for (size_t i = 0; i < k.elements(); ++i) {  // in memory order: NHWC strides miss
-    const size_t ci = k.layout == NK_LAYOUT_NCHW ? i / k.spatial % k.c : i % k.c;
-    x[i] += static_cast<float>(ci % 5);
+  for (size_t ci = 0; ci < k.c; ++ci) {
+    for (size_t j = 0; j < k.count(); ++j) x[k.Index(ci, j)] += static_cast<float>(ci % 5);
   }
   if (k.fill) k.fill(x);
   FillNormal(gamma, seed + 1, 1.0f, 0.25f);
