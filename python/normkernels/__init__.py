@@ -65,9 +65,20 @@ def set_num_threads(n):
     _check(_lib.nk_set_num_threads(int(n)))
 
 
+_char = ctypes.c_char
+
+
 def _ptr(a):
-    """The address of a checked array, or None (NULL)."""
-    return None if a is None else a.ctypes.data
+    """The address of a checked array, or None (NULL).
+
+    Through the buffer protocol: 0.2 us against 0.6 us for ndarray.ctypes.data, which
+    remains for what from_buffer refuses (read-only or empty arrays)."""
+    if a is None:
+        return None
+    try:
+        return ctypes.addressof(_char.from_buffer(a))
+    except (TypeError, ValueError):
+        return a.ctypes.data
 
 
 def _array(a, name, shape=None):

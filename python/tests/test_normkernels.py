@@ -124,6 +124,21 @@ def test_in_place_and_out():
     np.testing.assert_array_equal(x, want)
 
 
+def test_read_only_and_offset_views():
+    # Arrays reach the library by their buffer's address, or by ndarray.ctypes.data
+    # where the buffer is refused (read-only): both give the first element's address.
+    buf = data((4 * 97 + 3,), 16)
+    x = buf[3:].reshape(4, 97)  # 12 bytes past the allocation's start
+    gamma, beta = data((97,), 17), data((97,), 18)
+    want = nk.layer_norm(x.copy(), gamma.copy(), beta.copy())
+    np.testing.assert_array_equal(nk.layer_norm(x, gamma, beta), want)
+    for a in (x, gamma, beta):
+        a.flags.writeable = False
+    np.testing.assert_array_equal(nk.layer_norm(x, gamma, beta), want)
+    with pytest.raises(ValueError, match="read-only"):
+        nk.layer_norm(x, gamma, beta, out=x)
+
+
 def test_issue_example():
     y = nk.layer_norm(np.ones((2, 3), np.float32) + np.arange(3, dtype=np.float32))
     np.testing.assert_allclose(y, [[-1.2247, 0.0, 1.2247]] * 2, atol=5e-5)
