@@ -379,9 +379,11 @@ HWY_INLINE size_t BlockElements(D d) {
   return kBlockVectors * hn::Lanes(d);
 }
 
-// Moments of src's elements [begin, begin + n).
+// Moments of src's elements [begin, begin + n). src by value: held by reference, a
+// source is read again after each of the tree's vector stores (which may alias it), and
+// a LinePairSource then kept a pointer per vector of a block.
 template <bool kCenter, class D, class Src>
-Moments SpanMoments(D d, const Src& src, size_t begin, size_t n) {
+Moments SpanMoments(D d, const Src src, size_t begin, size_t n) {
   BlockTree<kCenter, D> tree;
   const size_t block = BlockElements(d);
   size_t i = begin;
@@ -393,7 +395,7 @@ Moments SpanMoments(D d, const Src& src, size_t begin, size_t n) {
 // kReadAheadBytes in sources-inl.h): for spans that come from the outer caches or
 // memory. The same operations, so the same bits.
 template <bool kCenter, class D, class Src>
-Moments SpanMomentsAhead(D d, const Src& src, size_t begin, size_t n, size_t ahead) {
+Moments SpanMomentsAhead(D d, const Src src, size_t begin, size_t n, size_t ahead) {
   BlockTree<kCenter, D> tree;
   const size_t block = BlockElements(d);
   size_t i = begin;

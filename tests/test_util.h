@@ -18,7 +18,32 @@
 
 #include "normkernels.h"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define NK_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define NK_TEST_ASAN 1
+#endif
+#endif
+#ifdef NK_TEST_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace nk_test {
+
+// Marks bytes [p, p + n) unreadable under AddressSanitizer (poison = true), or
+// readable again; nothing otherwise.
+inline void PoisonForAsan(const void* p, size_t n, bool poison) {
+#ifdef NK_TEST_ASAN
+  if (poison) {
+    ASAN_POISON_MEMORY_REGION(p, n);
+  } else {
+    ASAN_UNPOISON_MEMORY_REGION(p, n);
+  }
+#else
+  (void)p, (void)n, (void)poison;
+#endif
+}
 
 // Every ISA this CPU runs and the library contains, best first.
 inline std::vector<std::string> Isas() {
@@ -60,7 +85,9 @@ inline const bool kLargeBuffersReused = [] {
 }();
 
 // A float buffer of exactly `n` elements that starts `misalign` floats past a
-// 64-byte boundary, so a sanitizer sees any access past either end.
+// 64-byte boundary, so a sanitizer sees any access past either end (the floats before
+// it are poisoned: kernels that read whole lines around misaligned data must stay
+// inside the tensor).
 class Buffer {
  public:
   Buffer(size_t n, size_t misalign = 0) : n_(n) {
@@ -69,6 +96,8 @@ class Buffer {
     if (posix_memalign(&p, 64, bytes == 0 ? 64 : bytes) != 0) throw std::bad_alloc();
     raw_.reset(static_cast<float*>(p));
     data_ = raw_.get() + misalign;
+    raw_.get_deleter().poisoned = misalign * sizeof(float);
+    PoisonForAsan(raw_.get(), misalign * sizeof(float), true);
     Fill(std::numeric_limits<float>::quiet_NaN());
   }
   float* data() { return data_; }
@@ -85,7 +114,11 @@ class Buffer {
 
  private:
   struct Free {
-    void operator()(float* p) const { free(p); }
+    size_t poisoned;  // bytes before the data
+    void operator()(float* p) const {
+      PoisonForAsan(p, poisoned, false);
+      free(p);
+    }
   };
   std::unique_ptr<float, Free> raw_;
   float* data_;
