@@ -53,8 +53,8 @@ struct F32Source {
 // the tensor lies. AVX-512 only: Highway 1.0.3 has no two-table lookup.
 // (LayerNorm of 4 MiB with x and y at +16 bytes, 1 thread, against the build before,
 // 4 alternating processes, ratio to a copy in each: 768 columns 0.52-0.55 ->
-// 0.61-0.64, 1024 0.50-0.53 -> 0.58-0.63, 4096 0.48-0.49 -> 0.55-0.56, the aligned
-// speed.)
+// 0.61-0.64, 1024 0.50-0.53 -> 0.58-0.63, 4096 0.48-0.49 -> 0.55-0.56; aligned:
+// 0.60-0.63, 0.66-0.67, 0.55-0.56.)
 class LinePairSource {
  public:
   // Whether x's elements [c0, c0 + n) are read faster so, and the lines their vectors'
