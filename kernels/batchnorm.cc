@@ -76,7 +76,8 @@ class Planes {
   Moments SpanMoments(size_t s, float scale) const {
     size_t len, ci;
     const size_t off = Span(s, &len, &ci);
-    return k_.span_moments(job_.x + off, len, scale);
+    return k_.span_moments(job_.x + off, len, scale, job_.x,
+                           job_.x + job_.n * job_.c * job_.spatial);
   }
 
   // The channel's statistics from its spans' moments `moment(i)`.

@@ -40,8 +40,10 @@ inline size_t ColumnChunkRows(size_t c) {
 }
 
 struct ChannelNormKernels {
-  // Moments of x[0, n) times scale.
-  Moments (*span_moments)(const float* x, size_t n, float scale);
+  // Moments of x[0, n) times scale; x lies in the tensor [begin, end), whose elements
+  // around the span may be read too (never past its bounds).
+  Moments (*span_moments)(const float* x, size_t n, float scale, const float* begin,
+                          const float* end);
   // NCHW planes of at most short_plane_max() elements: the moments of channels
   // [c0, c1) straight from x [n][c][spatial]. scratch: short_plane_scratch(n, c1 - c0).
   size_t (*short_plane_max)();

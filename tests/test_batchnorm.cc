@@ -104,6 +104,54 @@ TEST_P(BatchNorm, OptionalArgumentsMisalignedAndInPlace) {
   }
 }
 
+// x (and every other tensor) at any offset gives the same bits as aligned: long NCHW
+// planes off a line boundary are read as whole lines around each vector (line pairs,
+// AVX-512), whose vectors must hold the same values in the same lanes. Shapes: planes
+// shorter than that path takes, at its threshold, and long with a tail; NHWC alongside.
+TEST_P(BatchNorm, SameBitsAtAnyAddress) {
+  for (nk_layout layout : kLayouts) {
+    for (size_t spatial : {53, 3072, 4099}) {
+      for (bool training : {true, false}) {
+        BnCase k;
+        k.n = 2, k.c = 3, k.spatial = spatial, k.layout = layout, k.training = training;
+        const BnRun aligned = RunBn(k);
+        ASSERT_EQ(aligned.status, NK_OK) << nk_last_error();
+        ASSERT_EQ(CheckBn(k, aligned), 0);
+        for (size_t misalign : {1, 4, 7, 15}) {
+          k.misalign = misalign;
+          SCOPED_TRACE(k.Describe());
+          const BnRun r = RunBn(k);
+          ASSERT_EQ(r.status, NK_OK) << nk_last_error();
+          EXPECT_TRUE(SameBits(r.y, aligned.y));
+          EXPECT_TRUE(SameBits(r.save_mean, aligned.save_mean));
+          EXPECT_TRUE(SameBits(r.save_rstd, aligned.save_rstd));
+          EXPECT_TRUE(SameBits(r.running_mean, aligned.running_mean));
+          EXPECT_TRUE(SameBits(r.running_var, aligned.running_var));
+        }
+      }
+      // The statistics of a shard (SyncBatchNorm's first step) too.
+      BnCase k;
+      k.n = 2, k.c = 3, k.spatial = spatial, k.layout = layout;
+      std::vector<float> mean0, m20;
+      for (size_t misalign : {0, 1, 4, 7, 15}) {
+        Buffer x(k.elements(), misalign);
+        FillNormal(x, Seed(spatial), 2.0f, 1.5f);
+        std::vector<float> mean(k.c, NAN), m2(k.c, NAN);
+        ASSERT_EQ(nk_batchnorm_moments_f32(k.n, k.c, k.spatial, layout, x.data(),
+                                           mean.data(), m2.data()),
+                  NK_OK)
+            << nk_last_error();
+        if (misalign == 0) {
+          mean0 = mean, m20 = m2;
+          continue;
+        }
+        EXPECT_TRUE(SameBits(mean, mean0) && SameBits(m2, m20))
+            << "spatial=" << spatial << " misalign=" << misalign;
+      }
+    }
+  }
+}
+
 // Wide NHWC rows (ResNet's 512-2048 channels) are mapped row by row, in the cache and
 // streamed (2048 channels); 1000 is not a whole number of vectors. Calls of decreasing
 // size reuse the buffers the thread kept from the larger ones.
