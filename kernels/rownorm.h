@@ -25,8 +25,8 @@ struct RowNormJob {
   float* mean;              // [rows]
   float* rstd;              // [rows], rrms for RMSNorm
   bool stream;              // write y with non-temporal stores
-  bool align_y;             // x (residual, sum) at y's offset from a cache line: y is
-                            // stored from its first vector boundary on
+  bool align_y;             // y is stored from its first vector boundary on (see
+                            // AlignY in layernorm.cc)
 };
 
 // What one Highway target provides. The op layer (layernorm.cc) partitions the work
@@ -43,6 +43,8 @@ struct RowNormKernels {
   // Writes y for elements [c0, c0 + n) of a row.
   void (*apply)(const RowNormJob& job, size_t row, size_t c0, size_t n,
                 const SetStats& stats);
+  // The target's vector size in bytes (its loads and stores are whole at multiples).
+  size_t vector_bytes;
 };
 
 // The table of `target` (a single HWY_* bit that this library compiled).

@@ -50,8 +50,9 @@ void Rows(const RowNormJob& job, size_t r0, size_t r1) {
   if (job.stream) hwy::FlushStream();
 }
 
-extern const RowNormKernels kRowNormKernels = {&Rows, &RowChunkMoments, &RowMaxAbs,
-                                               &RowApply};
+extern const RowNormKernels kRowNormKernels = {
+    &Rows, &RowChunkMoments, &RowMaxAbs, &RowApply,
+    hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(float)};
 
 }  // namespace HWY_NAMESPACE
 }  // namespace nk
