@@ -4,47 +4,8 @@ import numpy as np
 import pytest
 
 import normkernels as nk
-
-U = 2.0 ** -24
-
-
-def reference(x, residual=None, gamma=None, beta=None, eps=1e-5, center=True):
-    """float64 normalization over the last axis, and the design.md bound on y."""
-    s = x.astype(np.float32) if residual is None else (x + residual).astype(np.float32)
-    s = s.astype(np.float64)
-    n = s.shape[-1]
-    mean = s.mean(-1, keepdims=True) if center else np.zeros(s.shape[:-1] + (1,))
-    var = ((s - mean) ** 2).mean(-1, keepdims=True)
-    r = 1.0 / np.sqrt(var + eps)
-    xhat = (s - mean) * r
-    g = np.ones(n) if gamma is None else gamma.astype(np.float64)
-    b = np.zeros(n) if beta is None or not center else beta.astype(np.float64)
-    y = xhat * g + b
-    lg = max(1, int(np.ceil(np.log2(n))))
-    m = np.abs(s).max(-1, keepdims=True)
-    bound = 4 * U * lg * np.abs(g) * (m * r + np.abs(xhat)) + 3 * U * (np.abs(y) + np.abs(b)) + 1e-30
-    return y, mean[..., 0], r[..., 0], bound
-
-
-def stat_bounds(x, rstd_ref):
-    """design.md's bounds on mean and rstd for rows of x (no residual)."""
-    n = x.shape[-1]
-    lg = max(1, int(np.ceil(np.log2(n))))
-    m = np.abs(x.astype(np.float64)).max(-1)
-    return 4 * U * lg * m, 4 * U * lg * (1 + (m * rstd_ref) ** 2) * rstd_ref
-
-
-def data(shape, seed=0, offset=0.0):
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(shape) + offset).astype(np.float32)
-
-
-@pytest.fixture(params=nk.available_isas())
-def each_isa(request):
-    nk.set_isa(request.param)
-    assert nk.isa() == request.param
-    yield request.param
-    nk.set_isa(None)
+from reference import (U, bn_inference_reference, bn_reference, data, reference,
+                       stat_bounds, var_bound)
 
 
 @pytest.mark.parametrize("shape", [(1,), (7, 3), (2, 4, 33), (5, 768), (3, 4099)])
@@ -149,8 +110,9 @@ def test_matches_torch():
     x = data((8, 4, 300), 11, offset=2.0)
     gamma, beta = data((300,), 12), data((300,), 13)
     want, _, _, bound = reference(x, gamma=gamma, beta=beta)
-    t = torch.nn.functional.layer_norm(torch.from_numpy(x), (300,), torch.from_numpy(gamma),
-                                       torch.from_numpy(beta), 1e-5).numpy()
+    t = torch.nn.functional.layer_norm(torch.from_numpy(x), (300,),
+                                       torch.from_numpy(gamma), torch.from_numpy(beta),
+                                       1e-5).numpy()
     ours = nk.layer_norm(x, gamma, beta)
     # Both are approximations of the float64 result: ours within the bound, so the two
     # differ by at most the bound plus torch's own error.
@@ -214,37 +176,6 @@ def test_readme_snippet_runs():
 
 # ---------------------------------------------------------------- BatchNorm
 
-def bn_reference(x, gamma, beta, eps, channels_last):
-    """float64 training BatchNorm per channel and the design.md bound on y."""
-    xc = np.moveaxis(x, -1, 1) if channels_last else x
-    axes = (0,) + tuple(range(2, xc.ndim))
-    s = xc.astype(np.float64)
-    shape = [1] * s.ndim
-    shape[1] = s.shape[1]
-    count = s.size // s.shape[1]
-    mean = s.mean(axes, keepdims=True)
-    var = ((s - mean) ** 2).mean(axes, keepdims=True)
-    r = 1.0 / np.sqrt(var + eps)
-    xhat = (s - mean) * r
-    g = gamma.astype(np.float64).reshape(shape)
-    b = beta.astype(np.float64).reshape(shape)
-    y = xhat * g + b
-    lg = max(1, int(np.ceil(np.log2(count))))
-    m = np.abs(s).max(axes, keepdims=True)
-    bound = 4 * U * lg * np.abs(g) * (m * r + np.abs(xhat)) + 3 * U * (np.abs(y) + np.abs(b)) + 1e-30
-    if channels_last:
-        y, bound = np.moveaxis(y, 1, -1), np.moveaxis(bound, 1, -1)
-    return y, mean.ravel(), var.ravel(), count, bound
-
-
-def var_bound(x, var, eps, channels_last=False):
-    """design.md's rstd bound as a bound on a variance: 8 u lg (var + eps + M^2)."""
-    xc = np.moveaxis(x, -1, 0) if channels_last else np.moveaxis(x, 1, 0)
-    xc = xc.reshape(xc.shape[0], -1).astype(np.float64)
-    lg = max(1, int(np.ceil(np.log2(xc.shape[1]))))
-    return 8 * U * lg * (var + eps + np.abs(xc).max(1) ** 2)
-
-
 @pytest.mark.parametrize("channels_last", [False, True])
 @pytest.mark.parametrize("shape", [(2, 3), (4, 3, 5, 7), (2, 17, 111), (3, 8, 4, 4, 2)])
 def test_batch_norm_training_matches_reference(each_isa, shape, channels_last):
@@ -267,6 +198,18 @@ def test_batch_norm_training_matches_reference(each_isa, shape, channels_last):
                   * count / (count - 1) + 2 * U * np.abs(want_rv))
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("shape", [(2, 3), (4, 3, 5, 7), (2, 17, 111)])
+def test_batch_norm_inference_matches_reference(each_isa, shape, channels_last):
+    x = data(shape, 15, offset=1.0)
+    c = shape[-1] if channels_last else shape[1]
+    gamma, beta = data((c,), 16), data((c,), 17)
+    mean, var = data((c,), 18), np.abs(data((c,), 19)) + 0.25
+    y = nk.batch_norm(x, mean, var, gamma, beta, eps=1e-3, channels_last=channels_last)
+    want, bound = bn_inference_reference(x, mean, var, gamma, beta, 1e-3, channels_last)
+    assert np.all(np.abs(y - want) <= bound)
+
+
 def test_batch_norm_matches_torch():
     torch = pytest.importorskip("torch")
     x = data((4, 6, 9, 5), 8, offset=1.0)
@@ -287,16 +230,8 @@ def test_batch_norm_matches_torch():
                                           torch.from_numpy(gamma), torch.from_numpy(beta),
                                           training=False, eps=1e-3).numpy()
     y = nk.batch_norm(xl, rm, rv, gamma, beta, eps=1e-3, channels_last=True)
-    # The bound on y with the given statistics (M also covers |mean|: b = beta - mean * a),
-    # doubled for torch's own rounding.
-    shape = (1, 6, 1, 1)
-    r = (1 / np.sqrt(rv.astype(np.float64) + 1e-3)).reshape(shape)
-    xhat = (x - rm.reshape(shape)) * r
-    m = np.maximum(np.abs(x).max((0, 2, 3)), np.abs(rm)).reshape(shape)
-    g, b = np.abs(gamma).reshape(shape), np.abs(beta).reshape(shape)
-    lg = max(1, int(np.ceil(np.log2(4 * 9 * 5))))
-    bound = 4 * U * lg * g * (m * r + np.abs(xhat)) + 3 * U * (np.abs(want) + b) + 1e-30
-    assert np.all(np.abs(np.moveaxis(y, -1, 1) - want) <= 2 * bound)
+    _, bound = bn_inference_reference(x, rm, rv, gamma, beta, 1e-3, False)
+    assert np.all(np.abs(np.moveaxis(y, -1, 1) - want) <= 2 * bound)  # both sides round
 
 
 def test_sync_batch_norm_shards_equal_the_whole_batch():

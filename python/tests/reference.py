@@ -1,0 +1,88 @@
+"""float64 references of the kernels, the design.md error bounds on their results, and
+test data."""
+import numpy as np
+
+U = 2.0 ** -24
+
+
+def reference(x, residual=None, gamma=None, beta=None, eps=1e-5, center=True):
+    """float64 normalization over the last axis, and the design.md bound on y."""
+    s = x.astype(np.float32) if residual is None else (x + residual).astype(np.float32)
+    s = s.astype(np.float64)
+    n = s.shape[-1]
+    mean = s.mean(-1, keepdims=True) if center else np.zeros(s.shape[:-1] + (1,))
+    var = ((s - mean) ** 2).mean(-1, keepdims=True)
+    r = 1.0 / np.sqrt(var + eps)
+    xhat = (s - mean) * r
+    g = np.ones(n) if gamma is None else gamma.astype(np.float64)
+    b = np.zeros(n) if beta is None or not center else beta.astype(np.float64)
+    y = xhat * g + b
+    lg = max(1, int(np.ceil(np.log2(n))))
+    m = np.abs(s).max(-1, keepdims=True)
+    bound = (4 * U * lg * np.abs(g) * (m * r + np.abs(xhat))
+             + 3 * U * (np.abs(y) + np.abs(b)) + 1e-30)
+    return y, mean[..., 0], r[..., 0], bound
+
+
+def stat_bounds(x, rstd_ref):
+    """design.md's bounds on mean and rstd for rows of x (no residual)."""
+    n = x.shape[-1]
+    lg = max(1, int(np.ceil(np.log2(n))))
+    m = np.abs(x.astype(np.float64)).max(-1)
+    return 4 * U * lg * m, 4 * U * lg * (1 + (m * rstd_ref) ** 2) * rstd_ref
+
+
+def data(shape, seed=0, offset=0.0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal(shape) + offset).astype(np.float32)
+
+
+def _per_channel(x, channels_last):
+    """x in float64 with channels on axis 1, and the axes of a channel's values."""
+    xc = np.moveaxis(x, -1, 1) if channels_last else x
+    return xc.astype(np.float64), (0,) + tuple(range(2, xc.ndim))
+
+
+def _normalized(s, mean, r, gamma, beta, m, channels_last):
+    """y = (s - mean) * r * gamma + beta per channel of s and the design.md bound on
+    y, m being the largest magnitude among the channel's inputs."""
+    shape = [1] * s.ndim
+    shape[1] = s.shape[1]
+    xhat = (s - mean.reshape(shape)) * r.reshape(shape)
+    g = gamma.astype(np.float64).reshape(shape)
+    b = beta.astype(np.float64).reshape(shape)
+    y = xhat * g + b
+    lg = max(1, int(np.ceil(np.log2(s.size // s.shape[1]))))
+    bound = (4 * U * lg * np.abs(g) * (m.reshape(shape) * r.reshape(shape) + np.abs(xhat))
+             + 3 * U * (np.abs(y) + np.abs(b)) + 1e-30)
+    if channels_last:
+        y, bound = np.moveaxis(y, 1, -1), np.moveaxis(bound, 1, -1)
+    return y, bound
+
+
+def bn_reference(x, gamma, beta, eps, channels_last):
+    """float64 training BatchNorm per channel and the design.md bound on y."""
+    s, axes = _per_channel(x, channels_last)
+    mean = s.mean(axes)
+    var = ((s - mean.reshape((1, -1) + (1,) * (s.ndim - 2))) ** 2).mean(axes)
+    r = 1.0 / np.sqrt(var + eps)
+    y, bound = _normalized(s, mean, r, gamma, beta, np.abs(s).max(axes), channels_last)
+    return y, mean, var, s.size // s.shape[1], bound
+
+
+def bn_inference_reference(x, mean, var, gamma, beta, eps, channels_last):
+    """float64 BatchNorm with given statistics and the bound on y (its M also covers
+    |mean|: the kernel folds b = beta - mean * a)."""
+    s, axes = _per_channel(x, channels_last)
+    mean = mean.astype(np.float64)
+    r = 1.0 / np.sqrt(var.astype(np.float64) + eps)
+    m = np.maximum(np.abs(s).max(axes), np.abs(mean))
+    return _normalized(s, mean, r, gamma, beta, m, channels_last)
+
+
+def var_bound(x, var, eps, channels_last=False):
+    """design.md's rstd bound as a bound on a variance: 8 u lg (var + eps + M^2)."""
+    xc = np.moveaxis(x, -1, 0) if channels_last else np.moveaxis(x, 1, 0)
+    xc = xc.reshape(xc.shape[0], -1).astype(np.float64)
+    lg = max(1, int(np.ceil(np.log2(xc.shape[1]))))
+    return 8 * U * lg * (var + eps + np.abs(xc).max(1) ** 2)
