@@ -3,14 +3,23 @@ kernels).
 
 Arrays are float32 and C-contiguous. The LayerNorm family normalizes over the last
 axis (any leading shape is flattened into rows); BatchNorm per channel, axis 1 of
-(N, C, *spatial) or the last axis with channels_last. Errors of the library raise NormKernelsError carrying
-its message (nk_last_error); wrong dtypes raise TypeError, wrong shapes ValueError.
+(N, C, *spatial) or the last axis with channels_last.
+
+Errors of the library raise NormKernelsError carrying its message (nk_last_error);
+wrong types raise TypeError, wrong shapes ValueError, scalars that do not fit their C
+type (uint64_t counts, int threads, float32 eps and momentum) OverflowError or
+ValueError: no value reaches the library wrapped, rounded to 0 or to inf.
 """
 import ctypes
 
 import numpy as np
 
 from . import _library
+from ._args import array as _array
+from ._args import float32 as _float32
+from ._args import integer as _integer
+from ._args import ptr as _ptr
+from ._args import writable as _writable
 
 __all__ = [
     "NormKernelsError", "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
@@ -62,38 +71,7 @@ def num_threads():
 
 def set_num_threads(n):
     """n >= 1 threads, or 0 for OpenMP's default."""
-    _check(_lib.nk_set_num_threads(int(n)))
-
-
-_char = ctypes.c_char
-
-
-def _ptr(a):
-    """The address of a checked array, or None (NULL).
-
-    Through the buffer protocol: 0.2 us against 0.6 us for ndarray.ctypes.data, which
-    remains for what from_buffer refuses (read-only or empty arrays)."""
-    if a is None:
-        return None
-    try:
-        return ctypes.addressof(_char.from_buffer(a))
-    except (TypeError, ValueError):
-        return a.ctypes.data
-
-
-def _array(a, name, shape=None):
-    """a as a C-contiguous float32 ndarray (no copy), checked; None stays None."""
-    if a is None:
-        return None
-    if not isinstance(a, np.ndarray):
-        raise TypeError(f"{name} must be a numpy.ndarray, not {type(a).__name__}")
-    if a.dtype != np.float32:
-        raise TypeError(f"{name} must have dtype float32, not {a.dtype}")
-    if not a.flags.c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous (use numpy.ascontiguousarray)")
-    if shape is not None and a.shape != tuple(shape):
-        raise ValueError(f"{name} has shape {a.shape}; expected {tuple(shape)}")
-    return a
+    _check(_lib.nk_set_num_threads(_integer(n, "n", "int")))
 
 
 def _rows_cols(x):
@@ -108,14 +86,12 @@ def _rows_cols(x):
 def _output(out, like, name):
     if out is None:
         return np.empty_like(like)
-    out = _array(out, name, like.shape)
-    if not out.flags.writeable:
-        raise ValueError(f"{name} is read-only")
-    return out
+    return _writable(_array(out, name, like.shape), name)
 
 
 def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stats,
              sum_out=None):
+    eps = _float32(eps, "eps")
     x = _array(x, "x")
     rows, cols = _rows_cols(x)
     residual = _array(residual, "residual", x.shape)
@@ -126,7 +102,6 @@ def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stat
     lead = x.shape[:-1]
     mean = np.empty(lead, np.float32) if (return_stats and center) else None
     rstd = np.empty(lead, np.float32) if return_stats else None
-    eps = float(eps)
     if residual is None and center:
         status = _lib.nk_layernorm_forward_f32(rows, cols, _ptr(x), _ptr(gamma), _ptr(beta),
                                                eps, _ptr(y), _ptr(mean), _ptr(rstd))
@@ -199,9 +174,7 @@ def _bn_shape(x, channels_last):
 
 def _channel_vector(a, name, c, writable=False):
     a = _array(a, name, (c,))
-    if writable and a is not None and not a.flags.writeable:
-        raise ValueError(f"{name} is read-only")
-    return a
+    return _writable(a, name) if writable else a
 
 
 def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
@@ -214,6 +187,7 @@ def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
     momentum convention); return_stats adds (save_mean, save_rstd). training=False
     normalizes with running_mean / running_var (required). x: (N, C, *spatial), or
     (N, *spatial, C) with channels_last. out may be x."""
+    eps = _float32(eps, "eps")
     x = _array(x, "x")
     n, c, spatial = _bn_shape(x, channels_last)
     layout = _NHWC if channels_last else _NCHW
@@ -227,13 +201,14 @@ def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
             raise ValueError("running_mean and running_var are required when not training")
         _check(_lib.nk_batchnorm_forward_inference_f32(
             n, c, spatial, layout, _ptr(x), _ptr(running_mean), _ptr(running_var),
-            _ptr(gamma), _ptr(beta), float(eps), _ptr(y)))
+            _ptr(gamma), _ptr(beta), eps, _ptr(y)))
         return y
+    momentum = _float32(momentum, "momentum")
     save_mean = np.empty(c, np.float32) if return_stats else None
     save_rstd = np.empty(c, np.float32) if return_stats else None
     _check(_lib.nk_batchnorm_forward_training_f32(
-        n, c, spatial, layout, _ptr(x), _ptr(gamma), _ptr(beta), float(eps),
-        float(momentum), _ptr(running_mean), _ptr(running_var), _ptr(y), _ptr(save_mean),
+        n, c, spatial, layout, _ptr(x), _ptr(gamma), _ptr(beta), eps, momentum,
+        _ptr(running_mean), _ptr(running_var), _ptr(y), _ptr(save_mean),
         _ptr(save_rstd)))
     return (y, save_mean, save_rstd) if return_stats else y
 
@@ -253,6 +228,8 @@ def batch_norm_moments(x, channels_last=False):
 def moments_merge(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
     """SyncBatchNorm, step 2 (an allreduce operation): Chan's merge of two shards'
     moments. Returns (count, mean, m2)."""
+    count_a = _integer(count_a, "count_a", "uint64_t")
+    count_b = _integer(count_b, "count_b", "uint64_t")
     mean_a = _array(mean_a, "mean_a")
     if mean_a is None or mean_a.ndim != 1:
         raise ValueError("mean_a must be a 1-D float32 array of channels")
@@ -262,14 +239,15 @@ def moments_merge(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
     m2_b = _channel_vector(m2_b, "m2_b", c)
     mean = np.empty(c, np.float32)
     m2 = np.empty(c, np.float32)
-    _check(_lib.nk_moments_merge_f32(c, int(count_a), _ptr(mean_a), _ptr(m2_a),
-                                     int(count_b), _ptr(mean_b), _ptr(m2_b), _ptr(mean),
-                                     _ptr(m2)))
-    return int(count_a) + int(count_b), mean, m2
+    _check(_lib.nk_moments_merge_f32(c, count_a, _ptr(mean_a), _ptr(m2_a), count_b,
+                                     _ptr(mean_b), _ptr(m2_b), _ptr(mean), _ptr(m2)))
+    return count_a + count_b, mean, m2
 
 
 def batch_norm_update_running(count, mean, m2, momentum, running_mean, running_var):
     """SyncBatchNorm, step 3: running stats updated in place from merged moments."""
+    count = _integer(count, "count", "uint64_t")
+    momentum = _float32(momentum, "momentum")
     mean = _array(mean, "mean")
     if mean is None or mean.ndim != 1:
         raise ValueError("mean must be a 1-D float32 array of channels")
@@ -277,6 +255,5 @@ def batch_norm_update_running(count, mean, m2, momentum, running_mean, running_v
     m2 = _channel_vector(m2, "m2", c)
     running_mean = _channel_vector(running_mean, "running_mean", c, writable=True)
     running_var = _channel_vector(running_var, "running_var", c, writable=True)
-    _check(_lib.nk_batchnorm_update_running_f32(c, int(count), _ptr(mean), _ptr(m2),
-                                                float(momentum), _ptr(running_mean),
-                                                _ptr(running_var)))
+    _check(_lib.nk_batchnorm_update_running_f32(c, count, _ptr(mean), _ptr(m2), momentum,
+                                                _ptr(running_mean), _ptr(running_var)))
