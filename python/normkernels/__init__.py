@@ -1,24 +1,30 @@
 """normkernels: NumPy bindings of libnormkernels (SIMD LayerNorm / RMSNorm / BatchNorm
 kernels).
 
-Arrays are float32 and C-contiguous. The LayerNorm family normalizes over the last
-axis (any leading shape is flattened into rows); BatchNorm per channel, axis 1 of
-(N, C, *spatial) or the last axis with channels_last.
+Arrays are float32. The LayerNorm family normalizes over the last axis, or over the
+trailing normalized_shape as torch.nn.functional.layer_norm (the leading axes are
+flattened into rows); BatchNorm per channel, axis 1 of (N, C, *spatial) or the last
+axis with channels_last. gamma / beta may also be given as weight= / bias=, PyTorch's
+names. Zero-size inputs give empty outputs, as in PyTorch.
 
 Errors of the library raise NormKernelsError carrying its message (nk_last_error);
-wrong types raise TypeError, wrong shapes ValueError, scalars that do not fit their C
-type (uint64_t counts, int threads, float32 eps and momentum) OverflowError or
-ValueError: no value reaches the library wrapped, rounded to 0 or to inf.
+wrong types raise TypeError, wrong shapes or layouts ValueError, scalars that do not
+fit their C type (uint64_t counts, int threads, float32 eps and momentum) OverflowError
+or ValueError: no value reaches the library wrapped, rounded to 0 or to inf.
 """
 import ctypes
+import math
 
 import numpy as np
 
 from . import _library
+from ._args import alias as _alias
 from ._args import array as _array
 from ._args import float32 as _float32
+from ._args import float_array as _float_array
 from ._args import integer as _integer
 from ._args import ptr as _ptr
+from ._args import shape as _shape
 from ._args import writable as _writable
 
 __all__ = [
@@ -44,6 +50,7 @@ def _check(status):
 
 
 def version():
+    """The loaded library's version, e.g. '0.1.0'."""
     return _lib.nk_version().decode()
 
 
@@ -62,6 +69,8 @@ def available_isas():
 
 def set_isa(name=None):
     """Selects an instruction set by name (case-insensitive); None or 'auto' = best."""
+    if name is not None and not isinstance(name, str):
+        raise TypeError(f"name must be a str or None, not {type(name).__name__}")
     _check(_lib.nk_set_isa(None if name is None else name.encode()))
 
 
@@ -74,32 +83,50 @@ def set_num_threads(n):
     _check(_lib.nk_set_num_threads(_integer(n, "n", "int")))
 
 
-def _rows_cols(x):
-    if x.ndim == 0:
-        raise ValueError("x must have at least one dimension (the normalized one)")
-    cols = x.shape[-1]
-    if cols == 0:
-        raise ValueError("x's last dimension is 0; a row must have at least one element")
-    return x.size // cols, cols
+# ---------------------------------------------------------------- LayerNorm family
+
+def _row_shape(x, normalized_shape):
+    """(leading shape, normalized shape) of x: the last axis by default."""
+    if normalized_shape is None:
+        if x.ndim == 0:
+            raise ValueError("x must have at least one dimension (the normalized one)")
+        lead, norm = x.shape[:-1], x.shape[-1:]
+    else:
+        norm = _shape(normalized_shape, "normalized_shape")
+        if not norm:
+            raise ValueError("normalized_shape must have at least one dimension")
+        lead = x.shape[:x.ndim - len(norm)]
+        if len(norm) > x.ndim or x.shape[len(lead):] != norm:
+            raise ValueError(f"normalized_shape {norm} does not match x's trailing "
+                             f"dimensions: x has shape {x.shape}")
+    if 0 in norm:
+        raise ValueError(f"x's normalized dimensions {norm} hold no element; a row must "
+                         "have at least one")
+    return lead, norm
 
 
 def _output(out, like, name):
     if out is None:
-        return np.empty_like(like)
+        return np.empty(like.shape, np.float32)
     return _writable(_array(out, name, like.shape), name)
 
 
 def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stats,
-             sum_out=None):
+             sum_out, weight, bias, normalized_shape):
+    if weight is not None:
+        gamma = _alias(gamma, weight, "gamma", "weight")
+    if bias is not None:
+        beta = _alias(beta, bias, "beta", "bias")
     eps = _float32(eps, "eps")
     x = _array(x, "x")
-    rows, cols = _rows_cols(x)
+    lead, norm = _row_shape(x, normalized_shape)
+    cols = math.prod(norm)
+    rows = x.size // cols
     residual = _array(residual, "residual", x.shape)
-    gamma = _array(gamma, "gamma", (cols,))
-    beta = _array(beta, "beta", (cols,))
+    gamma = _array(gamma, "gamma", norm)
+    beta = _array(beta, "beta", norm)
     y = _output(out, x, "out")
     s = _output(sum_out, x, "sum_out") if return_sum else None
-    lead = x.shape[:-1]
     mean = np.empty(lead, np.float32) if (return_stats and center) else None
     rstd = np.empty(lead, np.float32) if return_stats else None
     if residual is None and center:
@@ -125,45 +152,72 @@ def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stat
     return result[0] if len(result) == 1 else result
 
 
-def layer_norm(x, gamma=None, beta=None, eps=1e-5, out=None, return_stats=False):
-    """LayerNorm over the last axis (biased variance, as torch.nn.LayerNorm).
+def layer_norm(x, gamma=None, beta=None, eps=1e-5, out=None, return_stats=False, *,
+               weight=None, bias=None, normalized_shape=None):
+    """LayerNorm over the last axis, or over the trailing normalized_shape (an int or a
+    tuple, as F.layer_norm; gamma and beta then have that shape). Biased variance, as
+    torch.nn.LayerNorm. weight / bias: PyTorch's names of gamma / beta.
 
-    Returns y, or (y, mean, rstd) with return_stats. out may be x (in place)."""
-    return _forward(True, x, None, gamma, beta, eps, out, False, return_stats)
+    Returns y, or (y, mean, rstd) with return_stats (shaped as x's leading axes).
+    out may be x (in place)."""
+    return _forward(True, x, None, gamma, beta, eps, out, False, return_stats, None,
+                    weight, bias, normalized_shape)
 
 
-def rms_norm(x, gamma=None, eps=1e-5, out=None, return_stats=False):
-    """RMSNorm over the last axis: y = x / sqrt(mean(x^2) + eps) * gamma.
-
-    Returns y, or (y, rrms) with return_stats."""
-    return _forward(False, x, None, gamma, None, eps, out, False, return_stats)
+def rms_norm(x, gamma=None, eps=1e-5, out=None, return_stats=False, *, weight=None,
+             normalized_shape=None):
+    """RMSNorm: y = x / sqrt(mean(x^2) + eps) * gamma, over the last axis or the
+    trailing normalized_shape (as layer_norm). Returns y, or (y, rrms)."""
+    return _forward(False, x, None, gamma, None, eps, out, False, return_stats, None,
+                    weight, None, normalized_shape)
 
 
 def add_layer_norm(x, residual, gamma=None, beta=None, eps=1e-5, out=None,
-                   return_stats=False, sum_out=None):
-    """The pre-norm residual step: s = x + residual, y = LayerNorm(s).
+                   return_stats=False, sum_out=None, *, weight=None, bias=None,
+                   normalized_shape=None):
+    """The pre-norm residual step: s = x + residual, y = LayerNorm(s) (as layer_norm).
 
     Returns (y, s), or (y, s, mean, rstd) with return_stats. s goes to sum_out when
     given, which may be residual (the residual stream updated in place) or x."""
     return _forward(True, x, residual, gamma, beta, eps, out, True, return_stats,
-                    sum_out)
+                    sum_out, weight, bias, normalized_shape)
 
 
 def add_rms_norm(x, residual, gamma=None, eps=1e-5, out=None, return_stats=False,
-                 sum_out=None):
+                 sum_out=None, *, weight=None, normalized_shape=None):
     """s = x + residual, y = RMSNorm(s). Returns (y, s), or (y, s, rrms); sum_out as
     in add_layer_norm."""
     return _forward(False, x, residual, gamma, None, eps, out, True, return_stats,
-                    sum_out)
+                    sum_out, weight, None, normalized_shape)
 
+
+# ---------------------------------------------------------------- BatchNorm
 
 _NCHW, _NHWC = 0, 1
 
 
-def _bn_shape(x, channels_last):
-    """(n, c, spatial) of x: (N, C, *spatial), or (N, *spatial, C) with channels_last."""
+def _bn_input(x, channels_last):
+    """x checked; a non-contiguous x that is a zero-copy view away from one of the
+    two layouts (a channels_last tensor's NCHW view) is refused naming that view."""
+    x = _float_array(x, "x")
     if x.ndim < 2:
         raise ValueError(f"x must have at least 2 dimensions (N, C, ...), not {x.ndim}")
+    if x.flags.c_contiguous:
+        return x
+    route = "numpy.ascontiguousarray(x) copies it"
+    if x.ndim > 2 and not channels_last and np.moveaxis(x, 1, -1).flags.c_contiguous:
+        route = ("it is channels_last in memory: numpy.moveaxis(x, 1, -1) is a "
+                 "contiguous (N, *spatial, C) view of it (no copy); pass that with "
+                 "channels_last=True")
+    elif x.ndim > 2 and channels_last and np.moveaxis(x, -1, 1).flags.c_contiguous:
+        route = ("it is channels first in memory: numpy.moveaxis(x, -1, 1) is a "
+                 "contiguous (N, C, *spatial) view of it (no copy); pass that with "
+                 "channels_last=False")
+    raise ValueError(f"x must be C-contiguous; {route}")
+
+
+def _bn_shape(x, channels_last):
+    """(n, c, spatial) of x: (N, C, *spatial), or (N, *spatial, C) with channels_last."""
     n = x.shape[0]
     c = x.shape[-1] if channels_last else x.shape[1]
     spatial = 1
@@ -177,18 +231,43 @@ def _channel_vector(a, name, c, writable=False):
     return _writable(a, name) if writable else a
 
 
+def _batches_tracked(counter):
+    """The count after this batch, checked, of PyTorch's num_batches_tracked buffer."""
+    if (not isinstance(counter, np.ndarray) or counter.dtype != np.int64
+            or counter.size != 1):
+        raise TypeError("num_batches_tracked must be a one-element int64 numpy.ndarray "
+                        "(as PyTorch's buffer of that name)")
+    _writable(counter, "num_batches_tracked")
+    count = int(counter.flat[0])
+    if count < 0:
+        raise ValueError(f"num_batches_tracked = {count} is negative")
+    return _integer(count + 1, "num_batches_tracked + 1", "int64_t")
+
+
 def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
                training=False, momentum=0.1, eps=1e-5, channels_last=False, out=None,
-               return_stats=False):
-    """BatchNorm per channel, as torch.nn.functional.batch_norm (same argument order).
+               return_stats=False, *, weight=None, bias=None, num_batches_tracked=None):
+    """BatchNorm per channel, as torch.nn.functional.batch_norm (same argument order;
+    weight / bias are PyTorch's names of gamma / beta).
 
     training=True normalizes with the batch statistics (biased variance) and, when
     given, updates running_mean / running_var in place (unbiased variance, PyTorch's
-    momentum convention); return_stats adds (save_mean, save_rstd). training=False
-    normalizes with running_mean / running_var (required). x: (N, C, *spatial), or
-    (N, *spatial, C) with channels_last. out may be x."""
+    momentum convention); return_stats adds (save_mean, save_rstd), NaN for an empty
+    batch. training=False normalizes with running_mean / running_var (required).
+    x: (N, C, *spatial), or (N, *spatial, C) with channels_last. out may be x.
+
+    num_batches_tracked, as the buffer of torch.nn.BatchNorm2d (a one-element int64
+    array; bn.num_batches_tracked.numpy() shares the module's), is incremented in
+    place by every training call. momentum=None then makes the running statistics a
+    cumulative average, as PyTorch's BatchNorm with momentum=None: each update uses
+    momentum = 1 / num_batches_tracked (after the increment), so that they are the
+    mean of every batch's statistics."""
+    if weight is not None:
+        gamma = _alias(gamma, weight, "gamma", "weight")
+    if bias is not None:
+        beta = _alias(beta, bias, "beta", "bias")
     eps = _float32(eps, "eps")
-    x = _array(x, "x")
+    x = _bn_input(x, channels_last)
     n, c, spatial = _bn_shape(x, channels_last)
     layout = _NHWC if channels_last else _NCHW
     running_mean = _channel_vector(running_mean, "running_mean", c, writable=training)
@@ -203,20 +282,34 @@ def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
             n, c, spatial, layout, _ptr(x), _ptr(running_mean), _ptr(running_var),
             _ptr(gamma), _ptr(beta), eps, _ptr(y)))
         return y
-    momentum = _float32(momentum, "momentum")
+    batches = None if num_batches_tracked is None else _batches_tracked(num_batches_tracked)
+    if momentum is not None:
+        momentum = _float32(momentum, "momentum")
+    elif running_mean is None:
+        momentum = 0.0  # nothing to update
+    elif batches is None:
+        raise ValueError("momentum=None (a cumulative average) needs num_batches_tracked")
+    else:
+        momentum = 1.0 / batches
     save_mean = np.empty(c, np.float32) if return_stats else None
     save_rstd = np.empty(c, np.float32) if return_stats else None
     _check(_lib.nk_batchnorm_forward_training_f32(
         n, c, spatial, layout, _ptr(x), _ptr(gamma), _ptr(beta), eps, momentum,
-        _ptr(running_mean), _ptr(running_var), _ptr(y), _ptr(save_mean),
-        _ptr(save_rstd)))
-    return (y, save_mean, save_rstd) if return_stats else y
+        _ptr(running_mean), _ptr(running_var), _ptr(y), _ptr(save_mean), _ptr(save_rstd)))
+    if batches is not None:
+        num_batches_tracked.flat[0] = batches
+    if not return_stats:
+        return y
+    if n * spatial == 0:  # an empty batch: the library wrote nothing
+        save_mean.fill(np.nan)
+        save_rstd.fill(np.nan)
+    return y, save_mean, save_rstd
 
 
 def batch_norm_moments(x, channels_last=False):
     """SyncBatchNorm, step 1: this shard's (count, mean, m2) per channel, m2 being the
     sum of squared deviations from the mean."""
-    x = _array(x, "x")
+    x = _bn_input(x, channels_last)
     n, c, spatial = _bn_shape(x, channels_last)
     mean = np.empty(c, np.float32)
     m2 = np.empty(c, np.float32)
@@ -225,14 +318,19 @@ def batch_norm_moments(x, channels_last=False):
     return n * spatial, mean, m2
 
 
+def _channels(mean, name):
+    mean = _array(mean, name)
+    if mean is None or mean.ndim != 1:
+        raise ValueError(f"{name} must be a 1-D float32 array of channels")
+    return mean
+
+
 def moments_merge(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
     """SyncBatchNorm, step 2 (an allreduce operation): Chan's merge of two shards'
     moments. Returns (count, mean, m2)."""
     count_a = _integer(count_a, "count_a", "uint64_t")
     count_b = _integer(count_b, "count_b", "uint64_t")
-    mean_a = _array(mean_a, "mean_a")
-    if mean_a is None or mean_a.ndim != 1:
-        raise ValueError("mean_a must be a 1-D float32 array of channels")
+    mean_a = _channels(mean_a, "mean_a")
     c = mean_a.shape[0]
     m2_a = _channel_vector(m2_a, "m2_a", c)
     mean_b = _channel_vector(mean_b, "mean_b", c)
@@ -248,9 +346,7 @@ def batch_norm_update_running(count, mean, m2, momentum, running_mean, running_v
     """SyncBatchNorm, step 3: running stats updated in place from merged moments."""
     count = _integer(count, "count", "uint64_t")
     momentum = _float32(momentum, "momentum")
-    mean = _array(mean, "mean")
-    if mean is None or mean.ndim != 1:
-        raise ValueError("mean must be a 1-D float32 array of channels")
+    mean = _channels(mean, "mean")
     c = mean.shape[0]
     m2 = _channel_vector(m2, "m2", c)
     running_mean = _channel_vector(running_mean, "running_mean", c, writable=True)

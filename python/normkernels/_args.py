@@ -57,6 +57,15 @@ def float32(value, name):
     raise ValueError(f"{name} = {value!r} rounds to 0 in float32 (smallest 1.4e-45)")
 
 
+def alias(value, torch_value, name, torch_name):
+    """One of an argument given under our name and under PyTorch's (weight, bias)."""
+    if torch_value is None:
+        return value
+    if value is not None:
+        raise TypeError(f"got both {name} and {torch_name} (PyTorch's name for {name})")
+    return torch_value
+
+
 _char = ctypes.c_char
 
 
@@ -100,3 +109,9 @@ def writable(a, name):
         raise ValueError(f"{name} is read-only")
     return a
 
+
+def shape(value, name):
+    """value, an int or a list / tuple of ints, as a shape tuple."""
+    if isinstance(value, (list, tuple)):
+        return tuple(integer(d, name, "int64_t") for d in value)
+    return (integer(value, name, "int64_t"),)
