@@ -27,6 +27,8 @@ from ._args import ptr as _ptr
 from ._args import shape as _shape
 from ._args import writable as _writable
 
+__version__ = "0.1.0"  # as python/pyproject.toml; the library's major.minor must match
+
 __all__ = [
     "NormKernelsError", "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
     "batch_norm", "batch_norm_moments", "moments_merge", "batch_norm_update_running",
@@ -34,6 +36,7 @@ __all__ = [
 ]
 
 _lib = _library.load()
+_library.check_version(_lib, __version__)
 
 
 class NormKernelsError(RuntimeError):

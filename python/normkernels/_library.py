@@ -48,10 +48,16 @@ _SIGNATURES = {
 
 
 def _candidates():
-    """Where the library may be, in order: $NK_LIBRARY, beside the package, the system."""
+    """Where the library may be, in order: $NK_LIBRARY, the library scripts/install.sh
+    installed this package with, beside the package, the system."""
     env = os.environ.get("NK_LIBRARY")
     if env:
         yield env
+    try:
+        from ._installed import LIBRARY
+        yield LIBRARY
+    except ImportError:
+        pass
     here = os.path.dirname(os.path.abspath(__file__))
     for name in sorted(os.listdir(here)):
         if name.startswith("libnormkernels.so"):
@@ -63,7 +69,8 @@ def _candidates():
 
 
 def load():
-    """Loads the first library that opens and declares its functions."""
+    """Loads the first library that opens (its path: ._name) and declares its
+    functions."""
     errors = []
     for path in _candidates():
         try:
@@ -72,10 +79,23 @@ def load():
             errors.append(f"{path}: {e}")
             continue
         for name, (restype, argtypes) in _SIGNATURES.items():
-            fn = getattr(lib, name)
+            try:
+                fn = getattr(lib, name)
+            except AttributeError:
+                raise ImportError(f"normkernels: {path} has no {name}; it is older than "
+                                  "this package") from None
             fn.restype = restype
             fn.argtypes = argtypes
         return lib
     raise ImportError(
         "normkernels: cannot load libnormkernels; set NK_LIBRARY to its path, or install "
         "it (cmake --install) where the system finds it. Tried:\n  " + "\n  ".join(errors))
+
+
+def check_version(lib, version):
+    """The library's major.minor must be the package's: the ABI the package declares."""
+    found = lib.nk_version().decode()
+    wanted = ".".join(version.split(".")[:2])
+    if ".".join(found.split(".")[:2]) != wanted:
+        raise ImportError(f"normkernels {version} needs libnormkernels {wanted}.x; "
+                          f"{lib._name} is {found} (NK_LIBRARY may name another library)")
