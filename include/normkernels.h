@@ -7,8 +7,9 @@
  *   the first failure is returned: scalar arguments (eps) -> shapes (zero where not
  *   allowed, element or byte count overflowing size_t) -> NULL pointers -> overlaps.
  *   (BatchNorm: layout, eps, momentum are the scalar arguments.)
- * - Sizes are element counts; tensors are dense, contiguous, row-major. No pointer
- *   needs any alignment.
+ * - Sizes are element counts; tensors are dense, contiguous, row-major (the LayerNorm
+ *   family's _strided forms take a row stride per tensor). No pointer needs any
+ *   alignment.
  * - rows == 0 is a valid empty call: a no-op returning NK_OK that writes nothing;
  *   its pointers may then be NULL.
  * - gamma == NULL means all ones, beta == NULL all zeros. Statistics outputs (mean,
@@ -172,6 +173,33 @@ NK_API nk_status nk_add_rmsnorm_forward_f32(size_t rows, size_t cols, const floa
                                             const float* residual, const float* gamma,
                                             float eps, float* sum, float* y,
                                             float* rrms);
+
+/* Row-strided forms, for slices of larger buffers (the q / k part of a fused QKV
+   projection, one head of a [tokens][heads][dim] view, a column block): each row-major
+   tensor pointer is followed by its row stride in elements (row r of x at x + r * ldx),
+   otherwise as the contiguous forms above, which are these with every stride = cols
+   and give the same bits. A stride < cols, or an extent (rows - 1) * ld + cols
+   overflowing size_t in bytes, is NK_ERR_INVALID_SHAPE (lds is not checked when sum
+   is NULL). In place means the same pointer and the same stride. Overlap is judged
+   over the elements the call touches: tensors whose rows interleave without sharing
+   an element (q and k of one QKV buffer) do not overlap. Elements between rows are
+   neither written nor used (they may be read as part of a vector and discarded). */
+NK_API nk_status nk_layernorm_forward_strided_f32(size_t rows, size_t cols,
+                                                  const float* x, size_t ldx,
+                                                  const float* gamma, const float* beta,
+                                                  float eps, float* y, size_t ldy,
+                                                  float* mean, float* rstd);
+NK_API nk_status nk_rmsnorm_forward_strided_f32(size_t rows, size_t cols, const float* x,
+                                                size_t ldx, const float* gamma, float eps,
+                                                float* y, size_t ldy, float* rrms);
+NK_API nk_status nk_add_layernorm_forward_strided_f32(
+    size_t rows, size_t cols, const float* x, size_t ldx, const float* residual,
+    size_t ldr, const float* gamma, const float* beta, float eps, float* sum, size_t lds,
+    float* y, size_t ldy, float* mean, float* rstd);
+NK_API nk_status nk_add_rmsnorm_forward_strided_f32(
+    size_t rows, size_t cols, const float* x, size_t ldx, const float* residual,
+    size_t ldr, const float* gamma, float eps, float* sum, size_t lds, float* y,
+    size_t ldy, float* rrms);
 
 /* ---------------------------------------------------------------- BatchNorm */
 
