@@ -121,10 +121,12 @@ NK_API const char* nk_get_isa(void);
    0) and returns the count. */
 NK_API size_t nk_list_isas(const char** names, size_t capacity);
 
-/* Select the ISA for calls that start afterwards, process-wide. Case-insensitive;
-   NULL or "auto" selects the best one. A name that is not a Highway target name:
-   NK_ERR_INVALID_ARGUMENT. A target name that is not compiled in or not supported
-   by this CPU: NK_ERR_UNSUPPORTED. On failure the selection is unchanged. */
+/* Select the ISA for calls that start afterwards, process-wide. Case-insensitive,
+   surrounding white space ignored; "AVX512" and "AVX-512" name AVX3. NULL or "auto"
+   selects the best one. A name that is not a Highway target name:
+   NK_ERR_INVALID_ARGUMENT. A target name that is not compiled in or not supported by
+   this CPU: NK_ERR_UNSUPPORTED. Either message lists the names this CPU runs. On
+   failure the selection is unchanged. */
 NK_API nk_status nk_set_isa(const char* name);
 
 /* The number of threads kernels use (>= 1). Small tensors run on one thread
@@ -137,7 +139,13 @@ NK_API nk_status nk_set_num_threads(int n);
 
 /* Environment, read once at first use of the library: NK_ISA (as nk_set_isa) and
    NK_NUM_THREADS (as nk_set_num_threads). A value those functions would refuse is
-   ignored and the default stays. */
+   ignored and the default stays, with one line on stderr naming the variable, its
+   value and what is used instead.
+   Fork: libgomp's thread pool does not survive fork(), and a parallel region in the
+   child would wait for the parent's threads forever (as PyTorch's own kernels do). So
+   after fork() the child runs kernels on one thread (same bits) until it calls
+   nk_set_num_threads itself; the parent keeps its setting. DataLoader and
+   multiprocessing workers need nothing more. */
 
 /* ---------------------------------------------------------------- LayerNorm family */
 
