@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # check_docs.sh: what a reader of the repository meets. README.md stays under 12 KB;
 # every link and image in the Markdown files resolves to a file or folder of the
 # repository (no http(s) links, nothing outside it); no file points at the shared
-# folder beside the checkout; every function of include/normkernels.h is named in
-# docs/c-abi.md and in README.md.
+# folder beside the checkout; every source file carries its SPDX licence line; every
+# function of include/normkernels.h is named in docs/c-abi.md and in README.md.
 # Needs no build; reads the tracked files (every file but build trees outside git).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -88,6 +89,15 @@ echo "checked $links Markdown link targets"
 while IFS= read -r hit; do
   fail "points outside the repository (a clone has no shared folder beside it): $hit"
 done < <(printf '%s\n' "$files" | xargs -d '\n' grep -InE '\.\./shared' 2> /dev/null)
+
+sources=0
+while IFS= read -r src; do
+  sources=$((sources + 1))
+  head -n 3 "$src" | grep -q 'SPDX-License-Identifier: Apache-2.0' ||
+    fail "$src has no 'SPDX-License-Identifier: Apache-2.0' line in its first 3 lines"
+done < <(printf '%s\n' "$files" |
+         grep -E '\.(c|cc|h|py|sh|cmake)$|(^|/)CMakeLists\.txt$')
+echo "checked $sources source files for their SPDX line"
 
 functions=$(grep -oE '\bnk_[a-z0-9_]+[[:space:]]*\(' include/normkernels.h | tr -d ' (' |
             sort -u)
