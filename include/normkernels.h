@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* normkernels.h: the C ABI of libnormkernels, SIMD normalization kernels for CPUs.
  *
  * Conventions (every function below follows them):

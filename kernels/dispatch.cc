@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dispatch.cc: ISA selection (nk_*_isa), thread count (nk_*_num_threads) and the
 // environment (NK_ISA, NK_NUM_THREADS), read once.
 #include "kernels/dispatch.h"

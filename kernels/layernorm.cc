@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // layernorm.cc: the LayerNorm family's op layer: a fixed work partition over rows, or
 // over chunks of long rows, run with OpenMP on the selected target's kernels.
 #include "kernels/layernorm.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // layernorm_api.cc: the C entry points of the LayerNorm family: validate every
 // argument before any write, then describe the job to the op layer.
 #include "include/normkernels.h"

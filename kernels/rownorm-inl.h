@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rownorm-inl.h: the LayerNorm family's row path, per target: sum store, statistics
 // and normalization of a row or a chunk of one. LayerNorm / RMSNorm (kCenter) and the
 // presence of gamma / beta are template parameters, chosen once per call.

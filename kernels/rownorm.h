@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rownorm.h: the job description and per-target kernel table of the LayerNorm family
 // (LayerNorm, RMSNorm and their fused residual-add forms share one row path).
 #ifndef NK_KERNELS_ROWNORM_H_

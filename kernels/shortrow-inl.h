@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // shortrow-inl.h: rows of kVecs full vectors (cols == kVecs * Lanes), up to 16, held in
 // registers, kRows rows at a time so that their reductions overlap. Small rows spend
 // their time in horizontal reductions, sqrt/div and loop overhead, not in memory.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sources-inl.h: what a row is read from (x, x + residual, rescaled), per target, and
 // the loop helpers the row and channel paths share (read-ahead, tails, y's alignment).
 // A source loads the row's elements [i, i + Lanes(d)) as fp32; the bf16 sources

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // validate.cc: the argument checks shared by every C entry point.
 #include "kernels/validate.h"
 

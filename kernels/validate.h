@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // validate.h: argument checks of the C entry points, in the order c-abi.md fixes:
 // scalars -> shapes -> NULL pointers -> overlaps. The first failure is kept (and
 // later checks skipped), with a message naming the function, argument and rule.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # install.sh [PREFIX]: builds and installs the library (default /usr/local), refreshes
 # the linker cache, and installs the Python package for Debian's /usr/bin/python3.
 set -euo pipefail

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // test_api.cc: library queries (version, status strings, ISA and thread control) and
 // every validation rule of the LayerNorm-family entry points: status, message, order
 // of checks, and nothing written on failure.

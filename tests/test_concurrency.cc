@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // test_concurrency.cc: kernels called from many threads at once while another thread
 // flips the ISA and the thread count, from inside the caller's OpenMP region, and in a
 // child process forked after a parallel call.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // test_env.cc: NK_ISA and NK_NUM_THREADS, read once at first use, and what the library
 // says on stderr about values it ignores.
 // Usage: test_env <expected ISA or "best"> <expected threads or "default"> <LINES>

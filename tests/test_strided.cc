@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // test_strided.cc: the LayerNorm family's row-strided forms, under every ISA. Each call
 // must give the bits of the contiguous form on the same rows (which test_layernorm
 // checks against the reference), write nothing between rows, and judge overlap over
