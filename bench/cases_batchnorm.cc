@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cases_batchnorm.cc: BatchNorm's benchmark cases: the CNN shapes of the BatchNorm
 // issue in both layouts, training, inference and the SyncBatchNorm moments, and a
 // batch-size sweep for the plot.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cases_layernorm.cc: the LayerNorm family's benchmark cases: rows x cols tensors of
 // 4 and 64 MiB, transformer shapes, one long row, and a size sweep for the plot.
 #include <string>

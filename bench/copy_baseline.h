@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // copy_baseline.h: the memory limit a kernel is measured against: the faster of
 // memcpy and a non-temporal-store copy, split over the same threads as the kernel.
 #ifndef NK_BENCH_COPY_BASELINE_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // main.cc: the benchmark suite: every kernel under every ISA this CPU runs, 1 and all
 // threads, beside the copy baseline and oneDNN in the same run.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // onednn.cc: oneDNN's layer_normalization and batch_normalization on the suite's
 // shapes and thread counts (when built with Debian's libdnnl-dev), at oneDNN's own
 // best ISA. Its counterparts of our calls: LayerNorm forward_training with scale and

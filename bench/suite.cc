@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // suite.cc: registry, buffers, copy baselines, and the reporter (ratios from the
 // medians of one run, a table, a JSON summary).
 #include "suite.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // suite.h: the benchmark suite's registry. Each case knows its bytes, the copy
 // baseline of the same bytes and threads, and (when built with oneDNN) oneDNN's
 // benchmark of the same shape and threads, all run in the same binary; the reporter

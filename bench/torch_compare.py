@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """torch_compare.py [--threads 1,2] [--readme README.md] [--quick]: libnormkernels
 against PyTorch's CPU operators, per call, on the shapes users run.
 

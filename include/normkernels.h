@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* normkernels.h: the C ABI of libnormkernels, SIMD normalization kernels for CPUs.
  *
  * Conventions (every function below follows them):
@@ -7,8 +8,9 @@
  *   the first failure is returned: scalar arguments (eps) -> shapes (zero where not
  *   allowed, element or byte count overflowing size_t) -> NULL pointers -> overlaps.
  *   (BatchNorm: layout, eps, momentum are the scalar arguments.)
- * - Sizes are element counts; tensors are dense, contiguous, row-major. No pointer
- *   needs any alignment.
+ * - Sizes are element counts; tensors are dense, contiguous, row-major (the LayerNorm
+ *   family's _strided forms take a row stride per tensor). No pointer needs any
+ *   alignment.
  * - rows == 0 is a valid empty call: a no-op returning NK_OK that writes nothing;
  *   its pointers may then be NULL.
  * - gamma == NULL means all ones, beta == NULL all zeros. Statistics outputs (mean,
@@ -120,10 +122,12 @@ NK_API const char* nk_get_isa(void);
    0) and returns the count. */
 NK_API size_t nk_list_isas(const char** names, size_t capacity);
 
-/* Select the ISA for calls that start afterwards, process-wide. Case-insensitive;
-   NULL or "auto" selects the best one. A name that is not a Highway target name:
-   NK_ERR_INVALID_ARGUMENT. A target name that is not compiled in or not supported
-   by this CPU: NK_ERR_UNSUPPORTED. On failure the selection is unchanged. */
+/* Select the ISA for calls that start afterwards, process-wide. Case-insensitive,
+   surrounding white space ignored; "AVX512" and "AVX-512" name AVX3. NULL or "auto"
+   selects the best one. A name that is not a Highway target name:
+   NK_ERR_INVALID_ARGUMENT. A target name that is not compiled in or not supported by
+   this CPU: NK_ERR_UNSUPPORTED. Either message lists the names this CPU runs. On
+   failure the selection is unchanged. */
 NK_API nk_status nk_set_isa(const char* name);
 
 /* The number of threads kernels use (>= 1). Small tensors run on one thread
@@ -136,7 +140,13 @@ NK_API nk_status nk_set_num_threads(int n);
 
 /* Environment, read once at first use of the library: NK_ISA (as nk_set_isa) and
    NK_NUM_THREADS (as nk_set_num_threads). A value those functions would refuse is
-   ignored and the default stays. */
+   ignored and the default stays, with one line on stderr naming the variable, its
+   value and what is used instead.
+   Fork: libgomp's thread pool does not survive fork(), and a parallel region in the
+   child would wait for the parent's threads forever (as PyTorch's own kernels do). So
+   after fork() the child runs kernels on one thread (same bits) until it calls
+   nk_set_num_threads itself; the parent keeps its setting. DataLoader and
+   multiprocessing workers need nothing more. */
 
 /* ---------------------------------------------------------------- LayerNorm family */
 
@@ -172,6 +182,33 @@ NK_API nk_status nk_add_rmsnorm_forward_f32(size_t rows, size_t cols, const floa
                                             const float* residual, const float* gamma,
                                             float eps, float* sum, float* y,
                                             float* rrms);
+
+/* Row-strided forms, for slices of larger buffers (the q / k part of a fused QKV
+   projection, one head of a [tokens][heads][dim] view, a column block): each row-major
+   tensor pointer is followed by its row stride in elements (row r of x at x + r * ldx),
+   otherwise as the contiguous forms above, which are these with every stride = cols
+   and give the same bits. A stride < cols, or an extent (rows - 1) * ld + cols
+   overflowing size_t in bytes, is NK_ERR_INVALID_SHAPE (lds is not checked when sum
+   is NULL). In place means the same pointer and the same stride. Overlap is judged
+   over the elements the call touches: tensors whose rows interleave without sharing
+   an element (q and k of one QKV buffer) do not overlap. Elements between rows are
+   neither written nor used (they may be read as part of a vector and discarded). */
+NK_API nk_status nk_layernorm_forward_strided_f32(size_t rows, size_t cols,
+                                                  const float* x, size_t ldx,
+                                                  const float* gamma, const float* beta,
+                                                  float eps, float* y, size_t ldy,
+                                                  float* mean, float* rstd);
+NK_API nk_status nk_rmsnorm_forward_strided_f32(size_t rows, size_t cols, const float* x,
+                                                size_t ldx, const float* gamma, float eps,
+                                                float* y, size_t ldy, float* rrms);
+NK_API nk_status nk_add_layernorm_forward_strided_f32(
+    size_t rows, size_t cols, const float* x, size_t ldx, const float* residual,
+    size_t ldr, const float* gamma, const float* beta, float eps, float* sum, size_t lds,
+    float* y, size_t ldy, float* mean, float* rstd);
+NK_API nk_status nk_add_rmsnorm_forward_strided_f32(
+    size_t rows, size_t cols, const float* x, size_t ldx, const float* residual,
+    size_t ldr, const float* gamma, float eps, float* sum, size_t lds, float* y,
+    size_t ldy, float* rrms);
 
 /* ---------------------------------------------------------------- BatchNorm */
 

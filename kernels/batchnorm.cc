@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // batchnorm.cc: BatchNorm's op layer: a fixed partition of each channel into pieces
 // whose moments merge in a fixed tree (so the bits do not depend on the thread count),
 // the work spread with OpenMP, and the per-channel outputs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // batchnorm.h: BatchNorm's op layer: statistics per channel over n x spatial, their
 // merge across shards (SyncBatchNorm), the running-statistics update, normalization.
 #ifndef NK_KERNELS_BATCHNORM_H_

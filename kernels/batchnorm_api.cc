@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // batchnorm_api.cc: the C entry points of BatchNorm and the SyncBatchNorm building
 // blocks: validate every argument before any write, then run the op layer.
 #include <stdint.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // channelnorm-inl.h: statistics and normalization per channel (BatchNorm), per target.
 //
 // NCHW reads channels as contiguous spans (planes) and reuses the row path's span

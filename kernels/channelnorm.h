@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // channelnorm.h: the per-target kernels of statistics per channel (BatchNorm), on the
 // two layouts' building blocks: contiguous spans (a plane of NCHW, or a chunk of one)
 // and column blocks (rows of NHWC, one column per channel).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // channelnorm_f32.cc: the fp32 per-channel (BatchNorm) kernels, compiled once per
 // Highway target.
 #include "kernels/channelnorm.h"

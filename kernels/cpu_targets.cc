@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cpu_targets.cc: CPUID/XGETBV feature detection mapped to Highway's x86 targets.
 #include "kernels/cpu_targets.h"
 

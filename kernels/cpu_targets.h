@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // cpu_targets.h: which Highway targets this CPU runs, detected by the library itself.
 #ifndef NK_KERNELS_CPU_TARGETS_H_
 #define NK_KERNELS_CPU_TARGETS_H_

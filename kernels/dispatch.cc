@@ -1,13 +1,19 @@
+// SPDX-License-Identifier: Apache-2.0
 // dispatch.cc: ISA selection (nk_*_isa), thread count (nk_*_num_threads) and the
 // environment (NK_ISA, NK_NUM_THREADS), read once.
 #include "kernels/dispatch.h"
 
 #include <omp.h>
+#include <pthread.h>
 #include <strings.h>
 
 #include <atomic>
+#include <cctype>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <string>
 
 #include "hwy/targets.h"
 #include "kernels/cpu_targets.h"
@@ -41,6 +47,26 @@ std::atomic<int64_t> g_target{0};
 std::atomic<int> g_threads{0};  // 0: OpenMP's default
 std::once_flag g_init;
 
+// Names users type for a target: Highway calls AVX-512 (F, BW, DQ, VL) "AVX3".
+constexpr struct {
+  const char* alias;
+  const char* target;
+} kAliases[] = {{"AVX512", "AVX3"}, {"AVX-512", "AVX3"}};
+
+// `name` without surrounding white space, in buf; "" if it does not fit.
+const char* Trim(const char* name, char (&buf)[32]) {
+  while (std::isspace(static_cast<unsigned char>(*name))) ++name;
+  size_t n = std::strlen(name);
+  while (n != 0 && std::isspace(static_cast<unsigned char>(name[n - 1]))) --n;
+  if (n >= sizeof(buf)) n = 0;
+  std::memcpy(buf, name, n);
+  buf[n] = '\0';
+  for (const auto& a : kAliases) {
+    if (strcasecmp(buf, a.alias) == 0) return a.target;
+  }
+  return buf;
+}
+
 // Returns the target called `name` among the available ones, 0 if none.
 int64_t Find(const char* name) {
   for (int64_t t = Available(); t != 0; t &= t - 1) {
@@ -57,18 +83,78 @@ bool Known(const char* name) {
   return false;
 }
 
+// "AVX3, AVX2, SSE4, SSSE3, SCALAR": the targets this CPU runs, best first.
+std::string AvailableNames() {
+  std::string names;
+  for (int64_t t = Available(); t != 0; t &= t - 1) {
+    if (!names.empty()) names += ", ";
+    names += hwy::TargetName(t & -t);
+  }
+  return names;
+}
+
+// The target `name` selects (Best() for NULL or "auto"), or 0 with the reason's
+// status in *status.
+int64_t Select(const char* name, nk_status* status) {
+  if (name == nullptr) return Best();
+  char buf[32];
+  const char* trimmed = Trim(name, buf);
+  if (strcasecmp(trimmed, "auto") == 0) return Best();
+  if (const int64_t target = Find(trimmed)) return target;
+  *status = Known(trimmed) ? NK_ERR_UNSUPPORTED : NK_ERR_INVALID_ARGUMENT;
+  return 0;
+}
+
+// Why Select refused `name`, e.g. "\"AVX9\" is not an instruction set name; ...".
+std::string Refusal(const char* name, nk_status status) {
+  char text[256];
+  std::snprintf(text, sizeof(text),
+                status == NK_ERR_UNSUPPORTED
+                    ? "\"%.64s\" is a target that this build does not contain or this "
+                      "CPU does not support; this CPU runs %s, or \"auto\" (the best)"
+                    : "\"%.64s\" is not an instruction set name; this CPU runs %s, or "
+                      "\"auto\" (the best)",
+                name, AvailableNames().c_str());
+  return text;
+}
+
+// After fork() only the calling thread exists in the child, but libgomp's pool still
+// counts its threads, so the child's next parallel region would wait for them forever
+// (DataLoader and multiprocessing workers): the child runs kernels on one thread until
+// it sets a count itself.
+std::atomic<bool> g_forked{false};
+void OnFork() {
+  g_forked.store(true, std::memory_order_relaxed);
+  g_threads.store(1, std::memory_order_relaxed);
+}
+[[maybe_unused]] const int g_atfork = pthread_atfork(nullptr, nullptr, &OnFork);
+
 void Init() {
   std::call_once(g_init, [] {
     int64_t target = Best();
     if (const char* env = std::getenv("NK_ISA")) {
-      if (strcasecmp(env, "auto") != 0 && Find(env) != 0) target = Find(env);
+      nk_status status = NK_OK;
+      if (const int64_t t = Select(env, &status)) {
+        target = t;
+      } else {
+        std::fprintf(stderr, "normkernels: NK_ISA=%s; using %s\n",
+                     Refusal(env, status).c_str(), hwy::TargetName(target));
+      }
     }
     g_target.store(target, std::memory_order_relaxed);
-    if (const char* env = std::getenv("NK_NUM_THREADS")) {
+    const char* env = std::getenv("NK_NUM_THREADS");
+    if (env != nullptr && !g_forked.load(std::memory_order_relaxed)) {
       char* end = nullptr;
       const long n = std::strtol(env, &end, 10);
+      while (end != env && std::isspace(static_cast<unsigned char>(*end))) ++end;
       if (end != env && *end == '\0' && n >= 0 && n <= 1 << 20) {
         g_threads.store(static_cast<int>(n), std::memory_order_relaxed);
+      } else {
+        const int omp = omp_get_max_threads();
+        std::fprintf(stderr,
+                     "normkernels: NK_NUM_THREADS=\"%.64s\" is not a thread count (an "
+                     "integer from 0 to 1048576); using the default (%d)\n",
+                     env, omp > 0 ? omp : 1);
       }
     }
   });
@@ -108,24 +194,13 @@ size_t nk_list_isas(const char** names, size_t capacity) {
 
 nk_status nk_set_isa(const char* name) {
   nk::Init();
-  if (name == nullptr || strcasecmp(name, "auto") == 0) {
-    nk::g_target.store(nk::Best(), std::memory_order_relaxed);
-    return NK_OK;
+  nk_status status = NK_OK;
+  const int64_t target = nk::Select(name, &status);
+  if (target == 0) {
+    return nk::SetError(status, "nk_set_isa: name %s", nk::Refusal(name, status).c_str());
   }
-  if (const int64_t target = nk::Find(name)) {
-    nk::g_target.store(target, std::memory_order_relaxed);
-    return NK_OK;
-  }
-  if (nk::Known(name)) {
-    return nk::SetError(NK_ERR_UNSUPPORTED,
-                        "nk_set_isa: name \"%s\" is a target that this build does not "
-                        "contain or this CPU does not support; see nk_list_isas",
-                        name);
-  }
-  return nk::SetError(NK_ERR_INVALID_ARGUMENT,
-                      "nk_set_isa: name \"%.64s\" is not an instruction set name; "
-                      "expected e.g. \"AVX3\", \"AVX2\", \"SSE4\" or \"auto\"",
-                      name);
+  nk::g_target.store(target, std::memory_order_relaxed);
+  return NK_OK;
 }
 
 int nk_get_num_threads(void) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // dispatch.h: the selected ISA (a Highway target) and thread count, and the macro that
 // picks a per-target kernel table by target.
 #ifndef NK_KERNELS_DISPATCH_H_

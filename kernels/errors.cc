@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // errors.cc: nk_version, nk_status_string, nk_last_error and the thread-local message.
 #include "kernels/errors.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // errors.h: the thread-local reason behind a failed call (nk_last_error).
 #ifndef NK_KERNELS_ERRORS_H_
 #define NK_KERNELS_ERRORS_H_

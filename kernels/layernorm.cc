@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // layernorm.cc: the LayerNorm family's op layer: a fixed work partition over rows, or
 // over chunks of long rows, run with OpenMP on the selected target's kernels.
 #include "kernels/layernorm.h"
@@ -84,13 +85,17 @@ uintptr_t LineOffset(const void* p) { return reinterpret_cast<uintptr_t>(p) % kL
 // at 16 and 32 bytes from a line, AVX-512, 1 thread, A/B in one process: LayerNorm
 // 1024x1024 224 -> 213 us, 16x4096 9.2 -> 8.1 us, 64x1024 12.3 -> 11.7 us, 1365x768
 // 200 -> 195 us.)
+// Rows at another stride than y's keep their offset from y only where the strides'
+// difference is whole vectors.
 bool AlignY(const RowNormJob& job, size_t bytes) {
   const uintptr_t y = reinterpret_cast<uintptr_t>(job.y);
-  const auto keeps_whole = [&](const float* p) {
+  const auto keeps_whole = [&](const float* p, size_t ld) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    return p == nullptr || a % bytes != 0 || (a - y) % bytes == 0;
+    return p == nullptr || a % bytes != 0 ||
+           ((a - y) % bytes == 0 && (ld - job.ldy) * sizeof(float) % bytes == 0);
   };
-  return keeps_whole(job.x) && keeps_whole(job.residual) && keeps_whole(job.sum);
+  return keeps_whole(job.x, job.ldx) && keeps_whole(job.residual, job.ldr) &&
+         keeps_whole(job.sum, job.lds);
 }
 
 // The offset from a cache line that gamma and beta should have: y's, where every row
@@ -98,7 +103,7 @@ bool AlignY(const RowNormJob& job, size_t bytes) {
 uintptr_t ParamOffset(const RowNormJob& job) {
   const uintptr_t y = LineOffset(job.y);
   const bool same = job.align_y && job.cols % (kLine / sizeof(float)) == 0 &&
-                    y % sizeof(float) == 0;
+                    job.ldy % (kLine / sizeof(float)) == 0 && y % sizeof(float) == 0;
   return same && job.cols > kShortRowCols ? y : 0;
 }
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // layernorm.h: the op layer of the LayerNorm family, below the C entry points.
 #ifndef NK_KERNELS_LAYERNORM_H_
 #define NK_KERNELS_LAYERNORM_H_

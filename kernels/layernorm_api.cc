@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // layernorm_api.cc: the C entry points of the LayerNorm family: validate every
 // argument before any write, then describe the job to the op layer.
 #include "include/normkernels.h"
@@ -7,34 +8,46 @@
 namespace nk {
 namespace {
 
+// A row-major tensor argument: its pointer and row stride (elements). Outputs are
+// held as const too and given back to the job writable.
+struct Rows {
+  const float* data;
+  size_t ld;
+};
+
 // All four forwards: x (+ residual) -> [sum], y, [mean], rstd/rrms.
 nk_status RowNormForward(const char* function, bool center, bool fused, size_t rows,
-                         size_t cols,
-                         const float* x, const float* residual, const float* gamma,
-                         const float* beta, float eps, float* sum, float* y,
-                         float* mean, float* rstd) {
+                         size_t cols, Rows x, Rows residual, const float* gamma,
+                         const float* beta, float eps, Rows sum, Rows y, float* mean,
+                         float* rstd) {
   const char* rstd_name = center ? "rstd" : "rrms";
   size_t elements = 0;
   Validator v(function);
   v.Eps(eps)
       .NonZero(cols, "cols", "a row must have at least one element")
-      .Product(rows, "rows", cols, "cols", sizeof(float), &elements);
+      .Product(rows, "rows", cols, "cols", sizeof(float), &elements)
+      .RowStride(x.ld, "ldx", rows, cols, sizeof(float));
+  if (fused) v.RowStride(residual.ld, "ldr", rows, cols, sizeof(float));
+  if (sum.data != nullptr) v.RowStride(sum.ld, "lds", rows, cols, sizeof(float));
+  v.RowStride(y.ld, "ldy", rows, cols, sizeof(float));
   if (v.failed()) return v.status();
   if (rows == 0) return NK_OK;
-  v.NotNull(x, "x");
-  if (fused) v.NotNull(residual, "residual");
-  v.NotNull(y, "y");
-  const size_t bytes = elements * sizeof(float);
-  const size_t col_bytes = cols * sizeof(float);
-  const size_t row_bytes = rows * sizeof(float);
-  v.NoOverlap({{"x", x, bytes, false},
-               {"residual", residual, bytes, false},
-               {"gamma", gamma, col_bytes, false},
-               {"beta", beta, col_bytes, false},
-               {"sum", sum, bytes, true},
-               {"y", y, bytes, true},
-               {"mean", mean, row_bytes, true},
-               {rstd_name, rstd, row_bytes, true}},
+  v.NotNull(x.data, "x");
+  if (fused) v.NotNull(residual.data, "residual");
+  v.NotNull(y.data, "y");
+  const size_t row_bytes = cols * sizeof(float);  // a row, and gamma / beta
+  const size_t stat_bytes = rows * sizeof(float);
+  const auto tensor = [&](const char* name, Rows t, bool output) {
+    return Buffer{name, t.data, row_bytes, output, rows, t.ld * sizeof(float)};
+  };
+  v.NoOverlap({tensor("x", x, false),
+               tensor("residual", residual, false),
+               {"gamma", gamma, row_bytes, false},
+               {"beta", beta, row_bytes, false},
+               tensor("sum", sum, true),
+               tensor("y", y, true),
+               {"mean", mean, stat_bytes, true},
+               {rstd_name, rstd, stat_bytes, true}},
               {{"y", "x"}, {"y", "residual"}, {"sum", "x"}, {"sum", "residual"}});
   if (v.failed()) return v.status();
   RowNormJob job = {};
@@ -42,15 +55,19 @@ nk_status RowNormForward(const char* function, bool center, bool fused, size_t r
   job.center = center;
   job.rows = rows;
   job.cols = cols;
-  job.x = x;
-  job.residual = residual;
+  job.x = x.data;
+  job.residual = residual.data;
   job.gamma = gamma;
   job.beta = beta;
   job.eps = eps;
-  job.sum = sum;
-  job.y = y;
+  job.sum = const_cast<float*>(sum.data);
+  job.y = const_cast<float*>(y.data);
   job.mean = mean;
   job.rstd = rstd;
+  job.ldx = x.ld;
+  job.ldr = residual.ld;
+  job.lds = sum.ld;
+  job.ldy = y.ld;
   return RunRowNorm(job);
 }
 
@@ -62,29 +79,62 @@ extern "C" {
 nk_status nk_layernorm_forward_f32(size_t rows, size_t cols, const float* x,
                                    const float* gamma, const float* beta, float eps,
                                    float* y, float* mean, float* rstd) {
-  return nk::RowNormForward(__func__, true, false, rows, cols, x, nullptr, gamma, beta, eps,
-                            nullptr, y, mean, rstd);
+  return nk::RowNormForward(__func__, true, false, rows, cols, {x, cols}, {}, gamma, beta,
+                            eps, {}, {y, cols}, mean, rstd);
 }
 
 nk_status nk_rmsnorm_forward_f32(size_t rows, size_t cols, const float* x,
                                  const float* gamma, float eps, float* y, float* rrms) {
-  return nk::RowNormForward(__func__, false, false, rows, cols, x, nullptr, gamma, nullptr,
-                            eps, nullptr, y, nullptr, rrms);
+  return nk::RowNormForward(__func__, false, false, rows, cols, {x, cols}, {}, gamma,
+                            nullptr, eps, {}, {y, cols}, nullptr, rrms);
 }
 
 nk_status nk_add_layernorm_forward_f32(size_t rows, size_t cols, const float* x,
                                        const float* residual, const float* gamma,
                                        const float* beta, float eps, float* sum,
                                        float* y, float* mean, float* rstd) {
-  return nk::RowNormForward(__func__, true, true, rows, cols, x, residual, gamma, beta, eps,
-                            sum, y, mean, rstd);
+  return nk::RowNormForward(__func__, true, true, rows, cols, {x, cols}, {residual, cols},
+                            gamma, beta, eps, {sum, cols}, {y, cols}, mean, rstd);
 }
 
 nk_status nk_add_rmsnorm_forward_f32(size_t rows, size_t cols, const float* x,
                                      const float* residual, const float* gamma,
                                      float eps, float* sum, float* y, float* rrms) {
-  return nk::RowNormForward(__func__, false, true, rows, cols, x, residual, gamma, nullptr,
-                            eps, sum, y, nullptr, rrms);
+  return nk::RowNormForward(__func__, false, true, rows, cols, {x, cols},
+                            {residual, cols}, gamma, nullptr, eps, {sum, cols},
+                            {y, cols}, nullptr, rrms);
+}
+
+nk_status nk_layernorm_forward_strided_f32(size_t rows, size_t cols, const float* x,
+                                           size_t ldx, const float* gamma,
+                                           const float* beta, float eps, float* y,
+                                           size_t ldy, float* mean, float* rstd) {
+  return nk::RowNormForward(__func__, true, false, rows, cols, {x, ldx}, {}, gamma, beta,
+                            eps, {}, {y, ldy}, mean, rstd);
+}
+
+nk_status nk_rmsnorm_forward_strided_f32(size_t rows, size_t cols, const float* x,
+                                         size_t ldx, const float* gamma, float eps,
+                                         float* y, size_t ldy, float* rrms) {
+  return nk::RowNormForward(__func__, false, false, rows, cols, {x, ldx}, {}, gamma,
+                            nullptr, eps, {}, {y, ldy}, nullptr, rrms);
+}
+
+nk_status nk_add_layernorm_forward_strided_f32(
+    size_t rows, size_t cols, const float* x, size_t ldx, const float* residual,
+    size_t ldr, const float* gamma, const float* beta, float eps, float* sum, size_t lds,
+    float* y, size_t ldy, float* mean, float* rstd) {
+  return nk::RowNormForward(__func__, true, true, rows, cols, {x, ldx}, {residual, ldr},
+                            gamma, beta, eps, {sum, lds}, {y, ldy}, mean, rstd);
+}
+
+nk_status nk_add_rmsnorm_forward_strided_f32(size_t rows, size_t cols, const float* x,
+                                             size_t ldx, const float* residual,
+                                             size_t ldr, const float* gamma, float eps,
+                                             float* sum, size_t lds, float* y,
+                                             size_t ldy, float* rrms) {
+  return nk::RowNormForward(__func__, false, true, rows, cols, {x, ldx}, {residual, ldr},
+                            gamma, nullptr, eps, {sum, lds}, {y, ldy}, nullptr, rrms);
 }
 
 }  // extern "C"

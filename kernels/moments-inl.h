@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // moments-inl.h: vectorized Welford/Chan moments of a span, per target; shared by
 // every op that needs statistics (rows, channels, groups).
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // moments.h: scalar Welford/Chan moments (count, mean, M2), their merge, and row statistics.
 #ifndef NK_KERNELS_MOMENTS_H_
 #define NK_KERNELS_MOMENTS_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // parallel.h: OpenMP regions that a one-thread call does not enter.
 #ifndef NK_KERNELS_PARALLEL_H_
 #define NK_KERNELS_PARALLEL_H_

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rownorm-inl.h: the LayerNorm family's row path, per target: sum store, statistics
 // and normalization of a row or a chunk of one. LayerNorm / RMSNorm (kCenter) and the
 // presence of gamma / beta are template parameters, chosen once per call.
@@ -46,10 +47,9 @@ HWY_INLINE void VisitVariant(const RowNormJob& job, const Fn& fn) {
 // forms' sum has been stored (their first pass).
 template <class Fn>
 HWY_INLINE void WithRowSource(const RowNormJob& job, size_t row, const Fn& fn) {
-  const size_t off = row * job.cols;
-  if (job.residual == nullptr) return fn(F32Source{job.x + off});
-  if (job.sum != nullptr) return fn(F32Source{job.sum + off});
-  return fn(AddSource{job.x + off, job.residual + off});
+  if (job.residual == nullptr) return fn(F32Source{job.x, job.ldx}.Row(row));
+  if (job.sum != nullptr) return fn(F32Source{job.sum, job.lds}.Row(row));
+  return fn(AddSource{job.x, job.residual, job.ldx, job.ldr}.Row(row));
 }
 
 // Calls fn(src), or fn(LinePairSource) where that reads the same values of src's
@@ -71,7 +71,8 @@ HWY_INLINE void WithStatsSource(const RowNormJob& job, const Src& src, size_t c0
 #ifdef NK_LINE_PAIRS
   if constexpr (std::is_same_v<Src, F32Source>) {
     const float* begin = job.residual != nullptr ? job.sum : job.x;
-    if (LinePairSource::Fits(src.x, c0, n, begin, begin + job.rows * job.cols)) {
+    const size_t ld = job.residual != nullptr ? job.lds : job.ldx;
+    if (LinePairSource::Fits(src.x, c0, n, begin, begin + (job.rows - 1) * ld + job.cols)) {
       return fn(LinePairSource(src.x));
     }
   }
@@ -83,10 +84,9 @@ HWY_INLINE void WithStatsSource(const RowNormJob& job, const Src& src, size_t c0
 
 // sum = x + residual over elements [c0, c0 + n) of a row. sum may be x or residual.
 HWY_INLINE void StoreSum(const RowNormJob& job, size_t row, size_t c0, size_t n) {
-  const size_t off = row * job.cols;
-  const float* x = job.x + off;
-  const float* r = job.residual + off;
-  float* s = job.sum + off;
+  const float* x = job.x + row * job.ldx;
+  const float* r = job.residual + row * job.ldr;
+  float* s = job.sum + row * job.lds;
   ForEachVector(hn::ScalableTag<float>(), c0, c0 + n, [&](auto d, size_t i) HWY_ATTR {
     hn::StoreU(hn::Add(hn::LoadU(d, x + i), hn::LoadU(d, r + i)), d, s + i);
   });
@@ -301,7 +301,7 @@ HWY_INLINE void FinalizeGroup(const Moments (&m)[kGroupRows], float eps,
   }
 }
 
-// y of kGroupRows rows (at a stride of `cols`) from their sources and statistics
+// y of kGroupRows rows (at y's row stride) from their sources and statistics
 // (scale 1): each gamma / beta vector is loaded once for all of them. The same
 // operations per element as NormalizeSpan, so the same bits.
 //
@@ -322,12 +322,12 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
   const size_t cols = job.cols;
+  const size_t ldy = job.ldy;
   const float* HWY_RESTRICT gamma = job.gamma;
   const float* HWY_RESTRICT beta = job.beta;
-  float* y = job.y + r * cols;
-  // The next group, as elements of x from row r + kGroupRows on.
-  const size_t next = (r + kGroupRows) * cols;
-  const size_t ahead = next_end * cols > next ? next_end * cols - next : 0;
+  float* y = job.y + r * ldy;
+  // The next group's rows: [r + kGroupRows, next_end).
+  const size_t ahead_rows = next_end > r + kGroupRows ? next_end - r - kGroupRows : 0;
   V mean[kGroupRows], rstd[kGroupRows];
   for (size_t k = 0; k < kGroupRows; ++k) {
     mean[k] = hn::Set(d, st[k].mean);
@@ -339,15 +339,17 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
     HWY_UNROLL(4)
     for (size_t k = 0; k < kGroupRows; ++k) {
       store(Affine<kCenter, kGamma, kBeta>(src[k].Load(d, i), mean[k], rstd[k], g, b), k,
-            y + k * cols + i);
+            y + k * ldy + i);
     }
   };
   // As NormalizeSpan, with align_y (or streaming, whose non-temporal stores need it),
-  // stores from y's first vector boundary on, the same in every row (cols % N == 0):
-  // each row's first and last vectors are computed first and stored last.
-  const size_t head = (job.align_y || stream) && cols % N == 0 && cols >= 2 * N
-                          ? HeadToAlign(d, y)
-                          : 0;
+  // stores from y's first vector boundary on, the same in every row (cols and ldy
+  // multiples of N): each row's first and last vectors are computed first and stored
+  // last.
+  const size_t head =
+      (job.align_y || stream) && cols % N == 0 && ldy % N == 0 && cols >= 2 * N
+          ? HeadToAlign(d, y)
+          : 0;
   V first[kGroupRows], last[kGroupRows];
   if (head != 0) {
     vector(0, [&](V v, size_t k, float*) HWY_ATTR { first[k] = v; });
@@ -358,12 +360,10 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
   size_t i = head;
   if (stream) {
     for (; i + N <= body_end; i += N) {
-      for (size_t k = 0; k < kGroupRows; ++k) {  // the same column of the next rows
-        const size_t e = k * cols + i;           // elements past `next`
-        if (e < ahead) {
-          hwy::Prefetch(job.x + next + e);
-          if (job.residual != nullptr) hwy::Prefetch(job.residual + next + e);
-        }
+      for (size_t k = 0; k < ahead_rows; ++k) {  // the same column of the next rows
+        const size_t row = r + kGroupRows + k;
+        hwy::Prefetch(job.x + row * job.ldx + i);
+        if (job.residual != nullptr) hwy::Prefetch(job.residual + row * job.ldr + i);
       }
       vector(i, [&](V v, size_t, float* p) HWY_ATTR { hn::Stream(v, d, p); });
     }
@@ -374,7 +374,7 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
     for (; i + N <= body_end; i += N) {
       if ((i / N) % 4 == 0) {
         for (size_t k = 0; k < kGroupRows; ++k) {
-          hwy::Prefetch(reinterpret_cast<const char*>(y + k * cols + i) + kWriteAheadBytes);
+          hwy::Prefetch(reinterpret_cast<const char*>(y + k * ldy + i) + kWriteAheadBytes);
         }
       }
       vector(i, [&](V v, size_t, float* p) HWY_ATTR { hn::StoreU(v, d, p); });
@@ -390,8 +390,8 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
   }
   if (head != 0) {
     for (size_t k = 0; k < kGroupRows; ++k) {
-      hn::StoreU(last[k], d, y + k * cols + cols - N);
-      hn::StoreU(first[k], d, y + k * cols);
+      hn::StoreU(last[k], d, y + k * ldy + cols - N);
+      hn::StoreU(first[k], d, y + k * ldy);
     }
     return;
   }
@@ -399,7 +399,7 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
     const Normalized<kCenter, kGamma, kBeta, Src> value{src[k], gamma, beta, st[k].mean,
                                                         st[k].rstd};
     const hn::CappedTag<float, 1> d1;
-    for (size_t t = i; t < cols; ++t) hn::StoreU(value(d1, t), d1, y + k * cols + t);
+    for (size_t t = i; t < cols; ++t) hn::StoreU(value(d1, t), d1, y + k * ldy + t);
   }
 }
 
@@ -407,7 +407,7 @@ template <bool kCenter, bool kGamma, bool kBeta>
 void ApplyT(const RowNormJob& job, size_t row, size_t c0, size_t n,
             const SetStats& st) {
   WithRowSource(job, row, [&](const auto& src) HWY_ATTR {
-    NormalizeRow<kCenter, kGamma, kBeta>(job, src, st, c0, n, job.y + row * job.cols);
+    NormalizeRow<kCenter, kGamma, kBeta>(job, src, st, c0, n, job.y + row * job.ldy);
   });
 }
 
@@ -472,6 +472,7 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
   const size_t N = hn::Lanes(d);
   const uintptr_t y_addr = reinterpret_cast<uintptr_t>(job.y);
   const bool rows_alike = y_addr % sizeof(float) == 0 && cols % N == 0 &&
+                          job.ldy % N == 0 &&
                           (y_addr % (N * sizeof(float)) == 0 || cols >= 2 * N);
   size_t r = r0;
   if (cols <= kChunk && (!job.stream || rows_alike)) {  // kGroupRows at a time
@@ -480,7 +481,7 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
       hn::Vec<decltype(d)> mean[kGroupRows], m2[kGroupRows];
       float lane_count = 0.0f;
       for (size_t k = 0; k < kGroupRows; ++k) {
-        src[k] = src0.At((r + k) * cols);
+        src[k] = src0.Row(r + k);
         if (store_sum) StoreSum(job, r + k, 0, cols);
         WithStatsSource(job, src[k], 0, cols, [&](const auto& s) NK_INLINE_LAMBDA {
           lane_count = RowLanes<kCenter>(d, s, cols, ahead, mean[k], m2[k]);
@@ -513,12 +514,12 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
       }
       for (size_t k = 0; k < kGroupRows; ++k) {
         NormalizeRow<kCenter, kGamma, kBeta>(job, src[k], st[k], 0, cols,
-                                             job.y + (r + k) * cols);
+                                             job.y + (r + k) * job.ldy);
       }
     }
   }
   for (; r < r1; ++r) {
-    const Src src = src0.At(r * cols);
+    const Src src = src0.Row(r);
     SetStats st;
     if (cols <= kChunk) {  // one chunk: straight to the span's moments
       st = ShortRowStatistics<kCenter>(job, src, r);
@@ -533,8 +534,8 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
       st = RowStatistics(cols, job.eps, first, moments,
                          [&](size_t c0, size_t n) { return RowMaxAbs(job, r, c0, n); });
     }
-    NormalizeRow<kCenter, kGamma, kBeta>(job, src, st, 0, cols, job.y + r * cols,
-                                         r + 1 < r1 ? job.x + (r + 1) * cols : nullptr);
+    NormalizeRow<kCenter, kGamma, kBeta>(job, src, st, 0, cols, job.y + r * job.ldy,
+                                         r + 1 < r1 ? job.x + (r + 1) * job.ldx : nullptr);
     store_stats(r, st);
   }
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rownorm.h: the job description and per-target kernel table of the LayerNorm family
 // (LayerNorm, RMSNorm and their fused residual-add forms share one row path).
 #ifndef NK_KERNELS_ROWNORM_H_
@@ -9,8 +10,8 @@
 
 namespace nk {
 
-// One validated call, as plain data. Pointers are row-major [rows][cols]; optional
-// ones are nullptr.
+// One validated call, as plain data. Tensors are rows of `cols` elements, row r of x
+// at x + r * ldx (likewise residual, sum, y); optional pointers are nullptr.
 struct RowNormJob {
   const char* function;     // the C entry point, for errors found after validation
   bool center;              // LayerNorm (x - mean); false: RMSNorm
@@ -24,6 +25,7 @@ struct RowNormJob {
   float* y;
   float* mean;              // [rows]
   float* rstd;              // [rows], rrms for RMSNorm
+  size_t ldx, ldr, lds, ldy;  // row strides (elements) of x, residual, sum, y
   bool stream;              // write y with non-temporal stores
   bool align_y;             // y is stored from its first vector boundary on (see
                             // AlignY in layernorm.cc)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rownorm_f32.cc: the fp32 LayerNorm-family kernels, compiled once per Highway target.
 // Rows of a few whole vectors take the register path (shortrow-inl.h).
 #include "kernels/rownorm.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // shortrow-inl.h: rows of kVecs full vectors (cols == kVecs * Lanes), up to 16, held in
 // registers, kRows rows at a time so that their reductions overlap. Small rows spend
 // their time in horizontal reductions, sqrt/div and loop overhead, not in memory.
@@ -62,7 +63,7 @@ HWY_INLINE V PairwiseSum(V (&t)[n]) {
 template <size_t kVecs, size_t kRows, class D, class V = hn::Vec<D>>
 HWY_INLINE void StoreNormalized(D d, const V (&v)[kRows][kVecs], const V (&rstd)[kRows],
                                 const float* HWY_RESTRICT gamma,
-                                const float* HWY_RESTRICT beta, float* y, size_t cols,
+                                const float* HWY_RESTRICT beta, float* y, size_t ldy,
                                 bool stream, uint32_t skip) {
   const size_t N = hn::Lanes(d);
   HWY_UNROLL(16)
@@ -73,7 +74,7 @@ HWY_INLINE void StoreNormalized(D d, const V (&v)[kRows][kVecs], const V (&rstd)
     for (size_t i = 0; i < kRows; ++i) {
       if (skip & (1u << i)) continue;
       const V out = hn::MulAdd(hn::Mul(v[i][k], rstd[i]), g, b);
-      float* p = y + i * cols + k * N;
+      float* p = y + i * ldy + k * N;
       if (stream) {
         hn::Stream(out, d, p);
       } else {
@@ -95,11 +96,11 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
   const size_t N = hn::Lanes(d);
   const size_t cols = job.cols;
   float* HWY_RESTRICT sum = job.sum;
-  float* HWY_RESTRICT y = job.y + r * cols;
+  float* HWY_RESTRICT y = job.y + r * job.ldy;
   V v[kRows][kVecs];
   HWY_UNROLL(16)
   for (size_t i = 0; i < kRows; ++i) {
-    const Src src = src0.At((r + i) * cols);
+    const Src src = src0.Row(r + i);
     if (job.stream) PrefetchAhead(src, 0, kVecs * N, kReadAheadBytes);  // from memory
     HWY_UNROLL(16)
     for (size_t k = 0; k < kVecs; ++k) v[i][k] = src.Load(d, k * N);
@@ -108,7 +109,9 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
     HWY_UNROLL(16)
     for (size_t i = 0; i < kRows; ++i) {
       HWY_UNROLL(16)
-      for (size_t k = 0; k < kVecs; ++k) hn::StoreU(v[i][k], d, sum + (r + i) * cols + k * N);
+      for (size_t k = 0; k < kVecs; ++k) {
+        hn::StoreU(v[i][k], d, sum + (r + i) * job.lds + k * N);
+      }
     }
   }
   const V inv_n = hn::Set(d, 1.0f / static_cast<float>(cols));
@@ -199,9 +202,9 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
   const float* gamma = job.gamma != nullptr ? job.gamma : kOnes;
   const float* beta = job.beta != nullptr ? job.beta : kZeros;
   if (HWY_LIKELY(bad == 0)) {
-    StoreNormalized<kVecs, kRows>(d, v, rstd, gamma, beta, y, cols, stream, 0);
+    StoreNormalized<kVecs, kRows>(d, v, rstd, gamma, beta, y, job.ldy, stream, 0);
   } else {
-    StoreNormalized<kVecs, kRows>(d, v, rstd, gamma, beta, y, cols, stream, bad);
+    StoreNormalized<kVecs, kRows>(d, v, rstd, gamma, beta, y, job.ldy, stream, bad);
   }
   return bad;
 }
@@ -230,7 +233,8 @@ template <size_t kVecs, bool kCenter, class Src>
 void ShortRowsLoop(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
   constexpr size_t kRows = kVecs >= 8 ? 16 / kVecs : 4;
   const size_t bytes = hn::Lanes(hn::ScalableTag<float>()) * sizeof(float);
-  const bool stream = job.stream && reinterpret_cast<uintptr_t>(job.y) % bytes == 0;
+  const bool stream = job.stream && reinterpret_cast<uintptr_t>(job.y) % bytes == 0 &&
+                      job.ldy * sizeof(float) % bytes == 0;
   Moments bad_moments[kRows];
   size_t r = r0;
   for (; r + kRows <= r1; r += kRows) {
@@ -265,8 +269,9 @@ bool TryShortRows(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) 
 template <bool kCenter>
 bool NormalizeShortRows(const RowNormJob& job, size_t r0, size_t r1) {
   return job.residual == nullptr
-             ? TryShortRows<kCenter>(job, F32Source{job.x}, r0, r1)
-             : TryShortRows<kCenter>(job, AddSource{job.x, job.residual}, r0, r1);
+             ? TryShortRows<kCenter>(job, F32Source{job.x, job.ldx}, r0, r1)
+             : TryShortRows<kCenter>(job, AddSource{job.x, job.residual, job.ldx,
+                                                    job.ldr}, r0, r1);
 }
 
 }  // namespace HWY_NAMESPACE

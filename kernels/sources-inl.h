@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // sources-inl.h: what a row is read from (x, x + residual, rescaled), per target, and
 // the loop helpers the row and channel paths share (read-ahead, tails, y's alignment).
 // A source loads the row's elements [i, i + Lanes(d)) as fp32; the bf16 sources
@@ -32,7 +33,8 @@ constexpr size_t kCacheAheadBytes = 2048;
 
 struct F32Source {
   const float* x;
-  F32Source At(size_t offset) const { return {x + offset}; }
+  size_t ld = 0;  // row stride in elements (row paths)
+  F32Source Row(size_t r) const { return {x + r * ld, ld}; }
   template <class D>
   HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
     return hn::LoadU(d, x + i);
@@ -100,7 +102,8 @@ class LinePairSource {
 struct AddSource {
   const float* x;
   const float* residual;
-  AddSource At(size_t offset) const { return {x + offset, residual + offset}; }
+  size_t ldx, ldr;  // row strides in elements
+  AddSource Row(size_t r) const { return {x + r * ldx, residual + r * ldr, ldx, ldr}; }
   template <class D>
   HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
     return hn::Add(hn::LoadU(d, x + i), hn::LoadU(d, residual + i));

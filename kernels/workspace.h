@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // workspace.h: buffers a call needs, kept by the calling thread between calls.
 #ifndef NK_KERNELS_WORKSPACE_H_
 #define NK_KERNELS_WORKSPACE_H_

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # bench.sh [--full] [benchmark flags]: sets up a fresh Debian machine, builds, and runs
 # the benchmark suite: every kernel under every ISA beside the copy baseline and
 # oneDNN. Prints the table, writes results/benchmark.json and results/benchmark.png,

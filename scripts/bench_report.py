@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """bench_report.py JSON PNG [README]: the plot of a benchmark run, and the README's
 results section (between its results markers) regenerated from the same JSON."""
 import json

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # deps.sh PACKAGE...: installs the Debian packages that are missing (apt-get update
 # once, then apt-get install -y); does nothing when all are present. Needs root.
 set -euo pipefail

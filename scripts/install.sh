@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # install.sh [PREFIX]: builds the library and installs it under PREFIX (default
 # /usr/local: PREFIX/include, PREFIX/lib, ...), then the Python package for Debian's
 # /usr/bin/python3. The package records the path of the library installed with it and

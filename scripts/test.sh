@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # test.sh: sets up a fresh Debian machine, builds everything and runs every test
 # (ctest: kernels under every ISA, validation, consumers of the installed library).
 set -euo pipefail

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // batchnorm_case.h: runs one BatchNorm training or inference call (either layout, any
 // optional argument, alignment and aliasing) and checks every output against the
 // long-double reference of each channel within the design.md bound.

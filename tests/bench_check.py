@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: Apache-2.0
 """bench_check.py BENCH_BINARY: the benchmark suite measures what it says.
 
 1. --nk_verify: every case, run once on a NaN-filled output, writes exactly the

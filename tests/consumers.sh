@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # consumers.sh SOURCE_DIR BUILD_DIR: installs the built library into a temporary
 # prefix, then builds and runs a strict-C99 program against it through pkg-config and
 # a CMake project through find_package(normkernels); checks the exported symbols.

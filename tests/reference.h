@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // reference.h: the scalar long-double oracle of the LayerNorm family and the
 // accuracy bound of design.md. Shares no code with the kernels.
 #ifndef NK_TESTS_REFERENCE_H_

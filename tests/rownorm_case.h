@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // rownorm_case.h: runs one LayerNorm-family call (any of the four forwards, with any
 // optional argument, alignment and aliasing) and checks every output against the
 // long-double reference within the design.md bound.

@@ -1,8 +1,10 @@
+// SPDX-License-Identifier: Apache-2.0
 // test_api.cc: library queries (version, status strings, ISA and thread control) and
 // every validation rule of the LayerNorm-family entry points: status, message, order
 // of checks, and nothing written on failure.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -89,6 +91,37 @@ TEST(Isa, UnknownAndUnsupportedNames) {
   EXPECT_EQ(nk_set_isa("AVX3_ZEN4"), NK_ERR_UNSUPPORTED);
   EXPECT_EQ(nk_set_isa("neon"), NK_ERR_UNSUPPORTED);
   EXPECT_EQ(nk_get_isa(), before);
+}
+
+// The names users type: AVX-512 for Highway's AVX3, white space around a name.
+TEST(Isa, AliasesAndSurroundingSpaces) {
+  const std::vector<std::string> isas = Isas();
+  const bool avx3 = std::find(isas.begin(), isas.end(), "AVX3") != isas.end();
+  for (const char* name : {"AVX512", "avx-512", " AVX3\n", "\tavx512 "}) {
+    SCOPED_TRACE(name);
+    if (!avx3) {
+      EXPECT_EQ(nk_set_isa(name), NK_ERR_UNSUPPORTED);
+      continue;
+    }
+    ASSERT_EQ(nk_set_isa("auto"), NK_OK);
+    ASSERT_EQ(nk_set_isa(isas.back().c_str()), NK_OK);
+    ASSERT_EQ(nk_set_isa(name), NK_OK) << nk_last_error();
+    EXPECT_STREQ(nk_get_isa(), "AVX3");
+  }
+  ASSERT_EQ(nk_set_isa(" auto "), NK_OK);
+  EXPECT_EQ(nk_get_isa(), isas[0]);
+}
+
+// A refused name's message lists the names this CPU runs.
+TEST(Isa, RefusalListsWhatThisCpuRuns) {
+  for (const char* name : {"AVX9", "AVX3_ZEN4"}) {
+    ASSERT_NE(nk_set_isa(name), NK_OK);
+    const std::string m = nk_last_error();
+    for (const std::string& isa : Isas()) {
+      EXPECT_NE(m.find(isa), std::string::npos) << m;
+    }
+    EXPECT_NE(m.find("auto"), std::string::npos) << m;
+  }
 }
 
 TEST(Threads, SetAndGet) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // test_batchnorm.cc: BatchNorm training and inference and the SyncBatchNorm pieces
 // against the long-double reference, within the design.md bound, under every ISA.
 #include <gtest/gtest.h>

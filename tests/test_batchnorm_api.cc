@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // test_batchnorm_api.cc: every validation rule of the BatchNorm entry points and the
 // SyncBatchNorm pieces: status, a message naming the function and argument, the order
 // of checks, and nothing written on failure.

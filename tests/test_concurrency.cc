@@ -1,9 +1,14 @@
+// SPDX-License-Identifier: Apache-2.0
 // test_concurrency.cc: kernels called from many threads at once while another thread
-// flips the ISA and the thread count, and from inside the caller's OpenMP region.
+// flips the ISA and the thread count, from inside the caller's OpenMP region, and in a
+// child process forked after a parallel call.
 #include <gtest/gtest.h>
 #include <omp.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -86,6 +91,52 @@ TEST(Concurrency, BatchNormInsideCallersOpenMpRegion) {
     return RunAndCheckBn(k);
   });
   EXPECT_EQ(failures, 0);
+}
+
+// After fork() the child has only the forking thread, while libgomp still counts the
+// parent's pool: a parallel region in the child would wait forever (DataLoader and
+// multiprocessing workers). The child runs kernels on one thread, with the same bits,
+// until it sets a count itself.
+TEST(Fork, ChildRunsKernelsAfterAParallelCall) {
+  ASSERT_EQ(nk_set_num_threads(2), NK_OK);
+  constexpr size_t rows = 512, cols = 1024;  // work for two threads
+  Buffer x(rows * cols), y(rows * cols), y_child(rows * cols);
+  FillNormal(x, Seed(11));
+  const auto layernorm = [&](Buffer& out) {
+    return nk_layernorm_forward_f32(rows, cols, x.data(), nullptr, nullptr, 1e-5f,
+                                    out.data(), nullptr, nullptr);
+  };
+  constexpr size_t n = 8, c = 64, spatial = 1024;  // BatchNorm's regions too
+  Buffer bx(n * c * spatial), by(n * c * spatial), by_child(n * c * spatial);
+  FillNormal(bx, Seed(12));
+  const auto batchnorm = [&](Buffer& out) {
+    return nk_batchnorm_forward_training_f32(n, c, spatial, NK_LAYOUT_NCHW, bx.data(),
+                                             nullptr, nullptr, 1e-5f, 0.1f, nullptr,
+                                             nullptr, out.data(), nullptr, nullptr);
+  };
+  ASSERT_EQ(layernorm(y), NK_OK);
+  ASSERT_EQ(batchnorm(by), NK_OK);
+  const pid_t pid = fork();
+  ASSERT_NE(pid, -1);
+  if (pid == 0) {
+    alarm(20);  // a hang ends the child by SIGALRM
+    int code = 0;
+    if (nk_get_num_threads() != 1) code |= 1;
+    if (layernorm(y_child) != NK_OK || batchnorm(by_child) != NK_OK) code |= 2;
+    if (std::memcmp(y.data(), y_child.data(), rows * cols * sizeof(float)) != 0 ||
+        std::memcmp(by.data(), by_child.data(), n * c * spatial * sizeof(float)) != 0) {
+      code |= 4;
+    }
+    if (nk_set_num_threads(1) != NK_OK || nk_get_num_threads() != 1) code |= 8;
+    _exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child ended by signal " << WTERMSIG(status)
+                                 << " (SIGALRM: it hung)";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: threads, 2: status, 4: bits, 8: set";
+  EXPECT_EQ(nk_get_num_threads(), 2);  // the parent keeps its setting
+  nk_set_num_threads(0);
 }
 
 }  // namespace

@@ -1,13 +1,21 @@
-// test_env.cc: NK_ISA and NK_NUM_THREADS, read once at first use.
-// Usage: test_env <expected ISA or "best"> <expected threads or "default">.
+// SPDX-License-Identifier: Apache-2.0
+// test_env.cc: NK_ISA and NK_NUM_THREADS, read once at first use, and what the library
+// says on stderr about values it ignores.
+// Usage: test_env <expected ISA or "best"> <expected threads or "default"> <LINES>
+// [WORDS...]: stderr must hold LINES lines (one per ignored variable), each starting
+// "normkernels: ", and every one of WORDS.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "normkernels.h"
 
 int main(int argc, char** argv) {
-  if (argc != 3) return 2;
+  if (argc < 4) return 2;
+  // stderr into a file, read back after the library's first use.
+  FILE* err = tmpfile();
+  if (err == NULL || dup2(fileno(err), STDERR_FILENO) < 0) return 2;
   const char* best = NULL;
   nk_list_isas(&best, 1);
   const char* want_isa = strcmp(argv[1], "best") == 0 ? best : argv[1];
@@ -22,6 +30,31 @@ int main(int argc, char** argv) {
     ++failures;
   }
   if (want_threads < 0 && nk_get_num_threads() < 1) ++failures;
+  fflush(stderr);
+  char text[4096] = "";
+  rewind(err);
+  const size_t len = fread(text, 1, sizeof(text) - 1, err);
+  text[len] = '\0';
+  printf("stderr: %s", len ? text : "(empty)\n");
+  for (int i = 4; i < argc; ++i) {
+    if (strstr(text, argv[i]) == NULL) {
+      printf("stderr lacks \"%s\"\n", argv[i]);
+      ++failures;
+    }
+  }
+  int lines = 0;
+  for (const char* line = text; *line; ++lines) {
+    if (strncmp(line, "normkernels: ", 13) != 0) {
+      printf("a line of stderr does not start \"normkernels: \"\n");
+      ++failures;
+    }
+    const char* end = strchr(line, '\n');
+    line = end ? end + 1 : line + strlen(line);
+  }
+  if (lines != atoi(argv[3])) {
+    printf("%d lines on stderr, expected %s\n", lines, argv[3]);
+    ++failures;
+  }
   printf("%d passed, %d failed\n", failures ? 0 : 1, failures ? 1 : 0);
   return failures ? 1 : 0;
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // test_layernorm.cc: the four LayerNorm-family forwards against the long-double
 // reference, under every ISA: tails, alignment, optional arguments, in place, non-finite
 // and ill-conditioned rows, thread-count independence, and the seed document's example.

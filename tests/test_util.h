@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // test_util.h: what every kernel test needs: a suite per ISA, exact-size buffers at
 // chosen misalignments, seeded data.
 #ifndef NK_TESTS_TEST_UTIL_H_

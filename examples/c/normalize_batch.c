@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* normalize_batch.c: the pre-norm step of a transformer block in plain C99:
    s = x + residual, y = LayerNorm(s), on a batch of token vectors, with status checks.
    Built by CMake and run by ctest (example.c). */

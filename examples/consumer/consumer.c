@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: Apache-2.0 */
 /* consumer.c: a strict C99 user of the installed library: normalizes a batch,
    checks the status, and shows a refused call. */
 #include <math.h>

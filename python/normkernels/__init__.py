@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """normkernels: NumPy bindings of libnormkernels (SIMD LayerNorm / RMSNorm / BatchNorm
 kernels).
 

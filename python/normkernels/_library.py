@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Finding and declaring libnormkernels for ctypes."""
 import ctypes
 import ctypes.util

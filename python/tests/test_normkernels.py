@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The Python binding against a float64 NumPy reference (within the design.md bound),
 against PyTorch when it imports, and on every error path."""
 import numpy as np

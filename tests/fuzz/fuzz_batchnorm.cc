@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz_batchnorm.cc: libFuzzer target over the BatchNorm C ABI (training, inference,
 // moments). The fuzz bytes choose the function, a small n x c x spatial shape, the
 // layout (valid or not), ISA, threads, eps, momentum, optional arguments, offsets,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz_rownorm.cc: libFuzzer target over the LayerNorm-family C ABI. The fuzz bytes
 // choose the function, a small shape, ISA, threads, eps, optional arguments, pointer
 // offsets and aliasing, and the values (NaN, Inf, huge, tiny included). Checks: the

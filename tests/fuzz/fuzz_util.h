@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fuzz_util.h: what the libFuzzer targets share: failing loudly, fuzzed values with
 // the edge cases of fp32, and the ISA / thread choice.
 #ifndef NK_TESTS_FUZZ_FUZZ_UTIL_H_

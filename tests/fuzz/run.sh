@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # run.sh FUZZER [RUNS] [SEED]: a bounded libFuzzer run from the committed seed corpus
 # (copied, so the checkout is not modified). A fixed seed and run count make CI's run
 # repeatable; fails on any crash, sanitizer report or failed check.
