@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Arguments checked before they reach C: integers within their C type, floats within
 float32, arrays as the kernels read them. Nothing reaches C wrapped, rounded to 0 or
 to inf: ctypes would convert such values silently."""

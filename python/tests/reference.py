@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """float64 references of the kernels, the design.md error bounds on their results, and
 test data."""
 import numpy as np

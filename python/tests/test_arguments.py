@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Scalar arguments: each checked against its C type before the call (no value wraps
 around, rounds to 0 or to inf on its way to C), the error naming the argument and
 the value given."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """NumPy and PyTorch users' conventions: weight= / bias=, normalized_shape,
 momentum=None with num_batches_tracked, zero-size inputs, channels_last views."""
 import numpy as np

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The package as installed and imported: its version against pyproject.toml and the
 library's, __all__, and scripts/install.sh PREFIX."""
 import importlib.util
