@@ -4,9 +4,13 @@ kernels).
 
 Arrays are float32. The LayerNorm family normalizes over the last axis, or over the
 trailing normalized_shape as torch.nn.functional.layer_norm (the leading axes are
-flattened into rows); BatchNorm per channel, axis 1 of (N, C, *spatial) or the last
-axis with channels_last. gamma / beta may also be given as weight= / bias=, PyTorch's
-names. Zero-size inputs give empty outputs, as in PyTorch.
+flattened into rows); its x, residual, out and sum_out may be row-strided views (a
+row's axes contiguous, the leading axes one stride apart: x[:, :64] of a fused QKV
+buffer, one head of a [tokens, heads, dim] array), read and written in place; arrays
+it creates are C-contiguous. BatchNorm normalizes per channel, axis 1 of
+(N, C, *spatial) or the last axis with channels_last, of C-contiguous arrays. gamma /
+beta may also be given as weight= / bias=, PyTorch's names. Zero-size inputs give
+empty outputs, as in PyTorch.
 
 Errors of the library raise NormKernelsError carrying its message (nk_last_error);
 wrong types raise TypeError, wrong shapes or layouts ValueError, scalars that do not
@@ -20,12 +24,14 @@ import numpy as np
 
 from . import _library
 from ._args import alias as _alias
+from ._args import channels_last_in_memory as _channels_last_in_memory
 from ._args import array as _array
 from ._args import float32 as _float32
-from ._args import float_array as _float_array
 from ._args import integer as _integer
 from ._args import ptr as _ptr
+from ._args import row_stride as _row_stride
 from ._args import shape as _shape
+from ._args import view_ptr as _view_ptr
 from ._args import writable as _writable
 
 __version__ = "0.1.0"  # as python/pyproject.toml; the library's major.minor must match
@@ -90,11 +96,15 @@ def set_num_threads(n):
 # ---------------------------------------------------------------- LayerNorm family
 
 def _row_shape(x, normalized_shape):
-    """(leading shape, normalized shape) of x: the last axis by default."""
+    """(leading shape, normalized shape, elements of a row) of x: the last axis by
+    default."""
     if normalized_shape is None:
-        if x.ndim == 0:
+        shape = x.shape
+        if not shape:
             raise ValueError("x must have at least one dimension (the normalized one)")
-        lead, norm = x.shape[:-1], x.shape[-1:]
+        if shape[-1]:
+            return shape[:-1], shape[-1:], shape[-1]
+        norm = shape[-1:]
     else:
         norm = _shape(normalized_shape, "normalized_shape")
         if not norm:
@@ -103,16 +113,22 @@ def _row_shape(x, normalized_shape):
         if len(norm) > x.ndim or x.shape[len(lead):] != norm:
             raise ValueError(f"normalized_shape {norm} does not match x's trailing "
                              f"dimensions: x has shape {x.shape}")
-    if 0 in norm:
-        raise ValueError(f"x's normalized dimensions {norm} hold no element; a row must "
-                         "have at least one")
-    return lead, norm
+        if 0 not in norm:
+            return lead, norm, math.prod(norm)
+    raise ValueError(f"x's normalized dimensions {norm} hold no element; a row must "
+                     "have at least one")
 
 
 def _output(out, like, name):
     if out is None:
         return np.empty(like.shape, np.float32)
     return _writable(_array(out, name, like.shape), name)
+
+
+def _row_output(out, like, name, lead_ndim, cols):
+    """out, checked, and its row stride."""
+    out = _array(out, name, like.shape, contiguous=False)
+    return out, _row_stride(out, name, lead_ndim, cols, output=True)
 
 
 def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stats,
@@ -122,31 +138,60 @@ def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stat
     if bias is not None:
         beta = _alias(beta, bias, "beta", "bias")
     eps = _float32(eps, "eps")
-    x = _array(x, "x")
-    lead, norm = _row_shape(x, normalized_shape)
-    cols = math.prod(norm)
-    rows = x.size // cols
-    residual = _array(residual, "residual", x.shape)
+    x = _array(x, "x", contiguous=False)
+    lead, norm, cols = _row_shape(x, normalized_shape)
+    rows, k = x.size // cols, len(lead)
+    ldx = _row_stride(x, "x", k, cols)
+    ldr = ldy = lds = cols  # of the arrays made here, and the absent ones
+    if residual is not None:
+        residual = _array(residual, "residual", x.shape, contiguous=False)
+        ldr = _row_stride(residual, "residual", k, cols)
     gamma = _array(gamma, "gamma", norm)
     beta = _array(beta, "beta", norm)
-    y = _output(out, x, "out")
-    s = _output(sum_out, x, "sum_out") if return_sum else None
+    if out is None:
+        y = np.empty(x.shape, np.float32)
+    else:
+        y, ldy = _row_output(out, x, "out", k, cols)
+    s = None
+    if sum_out is not None:
+        s, lds = _row_output(sum_out, x, "sum_out", k, cols)
+    elif return_sum:
+        s = np.empty(x.shape, np.float32)
     mean = np.empty(lead, np.float32) if (return_stats and center) else None
     rstd = np.empty(lead, np.float32) if return_stats else None
-    if residual is None and center:
-        status = _lib.nk_layernorm_forward_f32(rows, cols, _ptr(x), _ptr(gamma), _ptr(beta),
-                                               eps, _ptr(y), _ptr(mean), _ptr(rstd))
-    elif residual is None:
-        status = _lib.nk_rmsnorm_forward_f32(rows, cols, _ptr(x), _ptr(gamma), eps, _ptr(y),
-                                             _ptr(rstd))
-    elif center:
-        status = _lib.nk_add_layernorm_forward_f32(rows, cols, _ptr(x), _ptr(residual),
-                                                   _ptr(gamma), _ptr(beta), eps, _ptr(s),
-                                                   _ptr(y), _ptr(mean), _ptr(rstd))
+    if ldx == ldy == ldr == lds == cols:  # the contiguous forms: 4 arguments less
+        if residual is None and center:
+            status = _lib.nk_layernorm_forward_f32(
+                rows, cols, _ptr(x), _ptr(gamma), _ptr(beta), eps, _ptr(y), _ptr(mean),
+                _ptr(rstd))
+        elif residual is None:
+            status = _lib.nk_rmsnorm_forward_f32(
+                rows, cols, _ptr(x), _ptr(gamma), eps, _ptr(y), _ptr(rstd))
+        elif center:
+            status = _lib.nk_add_layernorm_forward_f32(
+                rows, cols, _ptr(x), _ptr(residual), _ptr(gamma), _ptr(beta), eps,
+                _ptr(s), _ptr(y), _ptr(mean), _ptr(rstd))
+        else:
+            status = _lib.nk_add_rmsnorm_forward_f32(
+                rows, cols, _ptr(x), _ptr(residual), _ptr(gamma), eps, _ptr(s), _ptr(y),
+                _ptr(rstd))
     else:
-        status = _lib.nk_add_rmsnorm_forward_f32(rows, cols, _ptr(x), _ptr(residual),
-                                                 _ptr(gamma), eps, _ptr(s), _ptr(y),
-                                                 _ptr(rstd))
+        px, pr, ps, py = _view_ptr(x), _view_ptr(residual), _view_ptr(s), _view_ptr(y)
+        if residual is None and center:
+            status = _lib.nk_layernorm_forward_strided_f32(
+                rows, cols, px, ldx, _ptr(gamma), _ptr(beta), eps, py, ldy, _ptr(mean),
+                _ptr(rstd))
+        elif residual is None:
+            status = _lib.nk_rmsnorm_forward_strided_f32(
+                rows, cols, px, ldx, _ptr(gamma), eps, py, ldy, _ptr(rstd))
+        elif center:
+            status = _lib.nk_add_layernorm_forward_strided_f32(
+                rows, cols, px, ldx, pr, ldr, _ptr(gamma), _ptr(beta), eps, ps, lds, py,
+                ldy, _ptr(mean), _ptr(rstd))
+        else:
+            status = _lib.nk_add_rmsnorm_forward_strided_f32(
+                rows, cols, px, ldx, pr, ldr, _ptr(gamma), eps, ps, lds, py, ldy,
+                _ptr(rstd))
     _check(status)
     result = (y,)
     if return_sum:
@@ -203,13 +248,13 @@ _NCHW, _NHWC = 0, 1
 def _bn_input(x, channels_last):
     """x checked; a non-contiguous x that is a zero-copy view away from one of the
     two layouts (a channels_last tensor's NCHW view) is refused naming that view."""
-    x = _float_array(x, "x")
+    x = _array(x, "x", contiguous=False)
     if x.ndim < 2:
         raise ValueError(f"x must have at least 2 dimensions (N, C, ...), not {x.ndim}")
     if x.flags.c_contiguous:
         return x
     route = "numpy.ascontiguousarray(x) copies it"
-    if x.ndim > 2 and not channels_last and np.moveaxis(x, 1, -1).flags.c_contiguous:
+    if not channels_last and _channels_last_in_memory(x):
         route = ("it is channels_last in memory: numpy.moveaxis(x, 1, -1) is a "
                  "contiguous (N, *spatial, C) view of it (no copy); pass that with "
                  "channels_last=True")
@@ -232,7 +277,9 @@ def _bn_shape(x, channels_last):
 
 def _channel_vector(a, name, c, writable=False):
     a = _array(a, name, (c,))
-    return _writable(a, name) if writable else a
+    if writable and a is not None and not a.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return a
 
 
 def _batches_tracked(counter):
@@ -281,12 +328,15 @@ def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
     y = _output(out, x, "out")
     if not training:
         if running_mean is None or running_var is None:
-            raise ValueError("running_mean and running_var are required when not training")
+            raise ValueError("running_mean and running_var are required when not "
+                             "training")
         _check(_lib.nk_batchnorm_forward_inference_f32(
             n, c, spatial, layout, _ptr(x), _ptr(running_mean), _ptr(running_var),
             _ptr(gamma), _ptr(beta), eps, _ptr(y)))
         return y
-    batches = None if num_batches_tracked is None else _batches_tracked(num_batches_tracked)
+    batches = None
+    if num_batches_tracked is not None:
+        batches = _batches_tracked(num_batches_tracked)
     if momentum is not None:
         momentum = _float32(momentum, "momentum")
     elif running_mean is None:

@@ -31,6 +31,17 @@ _SIGNATURES = {
     "nk_add_rmsnorm_forward_f32": (_status, [_size_t, _size_t, _addr, _addr,
                                              _addr, ctypes.c_float, _addr,
                                              _addr, _addr]),
+    "nk_layernorm_forward_strided_f32": (_status, [
+        _size_t, _size_t, _addr, _size_t, _addr, _addr, ctypes.c_float, _addr, _size_t,
+        _addr, _addr]),
+    "nk_rmsnorm_forward_strided_f32": (_status, [
+        _size_t, _size_t, _addr, _size_t, _addr, ctypes.c_float, _addr, _size_t, _addr]),
+    "nk_add_layernorm_forward_strided_f32": (_status, [
+        _size_t, _size_t, _addr, _size_t, _addr, _size_t, _addr, _addr, ctypes.c_float,
+        _addr, _size_t, _addr, _size_t, _addr, _addr]),
+    "nk_add_rmsnorm_forward_strided_f32": (_status, [
+        _size_t, _size_t, _addr, _size_t, _addr, _size_t, _addr, ctypes.c_float, _addr,
+        _size_t, _addr, _size_t, _addr]),
     "nk_batchnorm_forward_training_f32": (_status, [
         _size_t, _size_t, _size_t, ctypes.c_int, _addr, _addr, _addr,
         ctypes.c_float, ctypes.c_float, _addr, _addr, _addr, _addr, _addr]),
@@ -82,15 +93,17 @@ def load():
         for name, (restype, argtypes) in _SIGNATURES.items():
             try:
                 fn = getattr(lib, name)
-            except AttributeError:
-                raise ImportError(f"normkernels: {path} has no {name}; it is older than "
-                                  "this package") from None
+            except AttributeError:  # nk_version, declared first, tells which it is
+                raise ImportError(f"normkernels: {path} (libnormkernels "
+                                  f"{lib.nk_version().decode()}) has no {name}; it is "
+                                  "older than this package") from None
             fn.restype = restype
             fn.argtypes = argtypes
         return lib
     raise ImportError(
         "normkernels: cannot load libnormkernels; set NK_LIBRARY to its path, or install "
-        "it (cmake --install) where the system finds it. Tried:\n  " + "\n  ".join(errors))
+        "the library with this package (scripts/install.sh PREFIX). Tried:\n  "
+        + "\n  ".join(errors))
 
 
 def check_version(lib, version):

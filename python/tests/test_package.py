@@ -61,6 +61,14 @@ def test_library_of_another_major_minor_is_refused(monkeypatch):
     assert import_afresh().__version__ == nk.__version__  # another patch: same ABI
 
 
+def test_library_without_a_function_of_the_package_is_refused(monkeypatch):
+    signatures = dict(nk._library._SIGNATURES, nk_planned_f32=(None, []))
+    monkeypatch.setattr(nk._library, "_SIGNATURES", signatures)
+    with pytest.raises(ImportError, match=r"\(libnormkernels 0\.1\.\d+\) has no "
+                       "nk_planned_f32; it is older than this package"):
+        nk._library.load()
+
+
 @pytest.mark.skipif(not os.environ.get("NK_BUILD_DIR"),
                     reason="needs NK_BUILD_DIR, a build tree to install (ctest sets it)")
 def test_install_sh_installs_under_prefix_and_the_package_finds_it(tmp_path):
@@ -76,7 +84,9 @@ def test_install_sh_installs_under_prefix_and_the_package_finds_it(tmp_path):
     assert list(prefix.glob("include/normkernels.h"))
     library, = prefix.rglob("libnormkernels.so.0")
     code = ("import normkernels as nk, numpy as np; print(nk._lib._name); "
-            "print([round(float(v), 4) for v in nk.layer_norm(np.arange(3, dtype=np.float32))])")
-    run = subprocess.run([sys.executable, "-c", code], env=dict(env, PYTHONPATH=str(site)),
-                         cwd=tmp_path, check=True, capture_output=True, text=True)
+            "y = nk.layer_norm(np.arange(3, dtype=np.float32)); "
+            "print([round(float(v), 4) for v in y])")
+    run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True,
+                         env=dict(env, PYTHONPATH=str(site)), capture_output=True,
+                         text=True)
     assert run.stdout.split("\n")[:2] == [str(library), "[-1.2247, 0.0, 1.2247]"]
