@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # consumers.sh SOURCE_DIR BUILD_DIR: the installed library as a user meets it. Installs
 # the build into a temporary prefix and checks what it exports and declares; then
 # builds and runs examples/consumer against it as C and as C++, with the shared and
