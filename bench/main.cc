@@ -5,8 +5,10 @@
 //   bench_normkernels [--full] [--nk_json=PATH] [--nk_verify] [Google Benchmark flags]
 //
 // The default is a quick selection (every kernel on the best ISA, the main ones on the
-// others); --full registers every kernel x ISA x shape. --nk_verify runs each case
-// once and checks it wrote exactly the elements its bytes count, instead of timing.
+// others); --full registers every kernel x ISA x shape. After Google Benchmark's lines
+// it prints a table of the cases (medians, spreads, ratios), or with --nk_json writes
+// it to PATH for scripts/bench_report.py. --nk_verify runs each case once and checks
+// it wrote exactly the elements its bytes count, instead of timing.
 #include <omp.h>
 
 #include <cstring>

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // suite.cc: registry, buffers, copy baselines, and the reporter (ratios from the
-// medians of one run, a table, a JSON summary).
+// medians of one run, each with its spread; a table or a JSON summary).
 #include "suite.h"
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -139,6 +140,7 @@ struct Row {
   std::string name;
   Case c;
   double bps, copy_bps, onednn_bps;
+  double cv, copy_cv;  // spreads of bps and copy_bps over the repetitions
 };
 
 class SuiteReporter : public benchmark::ConsoleReporter {
@@ -148,16 +150,23 @@ class SuiteReporter : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
     // The median of the repetitions where there are several (kernels and copies
-    // alike: this machine's run-to-run spread is large), else the single run.
+    // alike: this machine's run-to-run spread is large), else the single run; and
+    // their coefficient of variation, which says whether the machine was busy.
     for (const Run& r : runs) {
       if (r.error_occurred) continue;
-      const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
-      if (r.run_type == Run::RT_Aggregate && !median) continue;
       auto it = r.counters.find("bytes_per_second");
       if (it == r.counters.end()) continue;
       const std::string& name = r.run_name.function_name;
-      if (median || !medians_.count(name)) bps_[name] = it->second.value;
-      if (median) medians_.insert(name);
+      repetitions_ = std::max(repetitions_, r.repetitions);
+      const bool aggregate = r.run_type == Run::RT_Aggregate;
+      if (aggregate && r.aggregate_name == "cv") {
+        cv_[name] = it->second.value;
+      } else if (aggregate && r.aggregate_name == "median") {
+        bps_[name] = it->second.value;
+        medians_.insert(name);
+      } else if (!aggregate && !medians_.count(name)) {
+        bps_[name] = it->second.value;
+      }
     }
   }
 
@@ -166,34 +175,47 @@ class SuiteReporter : public benchmark::ConsoleReporter {
     std::vector<Row> rows;
     for (const auto& [name, c] : Cases()) {
       if (c.copy.empty() || !bps_.count(name)) continue;
-      const double copy = std::max(Bps("copy_memcpy/" + c.copy), Bps("copy_nt/" + c.copy));
-      rows.push_back({name, c, bps_[name], copy, c.onednn.empty() ? 0.0 : Bps(c.onednn)});
+      // The faster of the two copies is the baseline.
+      const std::string plain = "copy_memcpy/" + c.copy, nt = "copy_nt/" + c.copy;
+      const std::string& copy = Get(bps_, plain) >= Get(bps_, nt) ? plain : nt;
+      rows.push_back({name, c, bps_[name], Get(bps_, copy),
+                      c.onednn.empty() ? 0.0 : Get(bps_, c.onednn), Get(cv_, name),
+                      Get(cv_, copy)});
     }
-    std::printf("\n%-22s %-22s %-7s %3s %8s %7s %8s\n", "kernel", "shape", "ISA", "thr",
-                "GB/s", "x copy", "x oneDNN");
+    // With a JSON summary, scripts/bench_report.py prints the table (and warns when
+    // the spreads say the machine was busy).
+    if (json_path_.empty()) {
+      PrintTable(rows);
+    } else {
+      WriteJson(rows);
+    }
+  }
+
+ private:
+  static double Get(const std::map<std::string, double>& m, const std::string& name) {
+    auto it = m.find(name);
+    return it == m.end() ? 0.0 : it->second;
+  }
+
+  static void PrintTable(const std::vector<Row>& rows) {
+    std::printf("\n%-22s %-22s %-7s %3s %8s %5s %7s %8s\n", "kernel", "shape", "ISA",
+                "thr", "GB/s", "cv %", "x copy", "x oneDNN");
     for (const Row& r : rows) {
-      std::printf("%-22s %-22s %-7s %3d %8.1f %7.2f", r.c.kernel.c_str(),
+      std::printf("%-22s %-22s %-7s %3d %8.1f %5.1f %7.2f", r.c.kernel.c_str(),
                   r.c.shape.c_str(), r.c.isa.c_str(), r.c.threads, r.bps * 1e-9,
-                  r.copy_bps > 0 ? r.bps / r.copy_bps : 0.0);
+                  r.cv * 100, r.copy_bps > 0 ? r.bps / r.copy_bps : 0.0);
       if (r.onednn_bps > 0) {
         std::printf(" %8.2f\n", r.bps / r.onednn_bps);
       } else {
         std::printf(" %8s\n", "-");
       }
     }
-    if (!json_path_.empty()) WriteJson(rows);
-  }
-
- private:
-  double Bps(const std::string& name) const {
-    auto it = bps_.find(name);
-    return it == bps_.end() ? 0.0 : it->second;
   }
 
   void WriteJson(const std::vector<Row>& rows) const {
     std::ofstream out(json_path_);
     out.precision(17);
-    out << "{\n  \"cases\": [\n";
+    out << "{\n  \"repetitions\": " << repetitions_ << ",\n  \"cases\": [\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       out << "    {\"name\": \"" << r.name << "\", \"kernel\": \"" << r.c.kernel
@@ -204,7 +226,8 @@ class SuiteReporter : public benchmark::ConsoleReporter {
           << ", \"copy_bytes_per_second\": " << r.copy_bps
           << ", \"onednn_bytes_per_second\": " << r.onednn_bps
           << ", \"x_copy\": " << (r.copy_bps > 0 ? r.bps / r.copy_bps : 0.0)
-          << ", \"x_onednn\": " << (r.onednn_bps > 0 ? r.bps / r.onednn_bps : 0.0) << "}"
+          << ", \"x_onednn\": " << (r.onednn_bps > 0 ? r.bps / r.onednn_bps : 0.0)
+          << ", \"cv\": " << r.cv << ", \"copy_cv\": " << r.copy_cv << "}"
           << (i + 1 < rows.size() ? ",\n" : "\n");
     }
     // The baselines the ratios were computed from, measured in this same run.
@@ -213,7 +236,8 @@ class SuiteReporter : public benchmark::ConsoleReporter {
     for (const auto& [name, c] : Cases()) {
       if (!c.copy.empty() || !bps_.count(name)) continue;
       out << (first ? "" : ",\n") << "    {\"name\": \"" << name << "\", \"kernel\": \""
-          << c.kernel << "\", \"bytes_per_second\": " << Bps(name) << "}";
+          << c.kernel << "\", \"bytes_per_second\": " << Get(bps_, name)
+          << ", \"cv\": " << Get(cv_, name) << "}";
       first = false;
     }
     out << "\n  ]\n}\n";
@@ -222,7 +246,9 @@ class SuiteReporter : public benchmark::ConsoleReporter {
 
   std::string json_path_;
   std::map<std::string, double> bps_;
+  std::map<std::string, double> cv_;  // 0 where a case ran once
   std::set<std::string> medians_;
+  int64_t repetitions_ = 1;
 };
 
 }  // namespace

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
-"""torch_compare.py [--threads 1,2] [--readme README.md] [--quick]: libnormkernels
-against PyTorch's CPU operators, per call, on the shapes users run.
+"""torch_compare.py [--threads 1,2] [--out DIR] [--update DOC] [--quick]:
+libnormkernels against PyTorch's CPU operators, per call, on the shapes users run.
 
 Both sides are called from Python on the same float32 data: PyTorch's operators
 (F.layer_norm, also after torch.add(x, residual, out=), F.batch_norm, and RMSNorm as
@@ -11,9 +11,11 @@ scripts/bench.sh does, so that its large outputs are reused memory rather than f
 pages, as with the caching allocators PyTorch recommends). Tensors lie on 64-byte
 boundaries, as PyTorch's allocator places them. Batches of calls of the two sides
 alternate, so that both see the same drift of the machine's speed; each figure is the
-median over the batches. Each case first checks that both sides give the same y
-(within 1e-3). --quick (ctest) runs the first three cases of each kind, one batch
-each.
+median over the batches, beside the batches' spread (coefficient of variation), with a
+warning when the spreads say the machine was busy. Each case first checks that both
+sides give the same y (within 1e-3). Prints the table; --out writes it to
+DIR/torch_compare.md, --update to DOC's torch section (between its torch markers).
+--quick (ctest) runs the first three cases of each kind, three batches each.
 """
 import argparse
 import os
@@ -33,6 +35,7 @@ except ImportError:
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import normkernels as nk  # noqa: E402
+import reporting  # noqa: E402 (beside this file)
 
 EPS = 1e-5
 BATCHES = 7
@@ -40,7 +43,7 @@ BATCH_SECONDS = 0.02
 
 
 def per_call(fns, batches):
-    """Median seconds per call of each function in fns, batches alternating."""
+    """(median seconds per call, cv) of each function in fns, batches alternating."""
     repeats = []
     for fn in fns:  # warm up, then size a batch to about BATCH_SECONDS
         fn()
@@ -54,7 +57,7 @@ def per_call(fns, batches):
             for _ in range(repeats[k]):
                 fn()
             times[k].append((time.perf_counter() - t) / repeats[k])
-    return [sorted(ts)[len(ts) // 2] for ts in times]
+    return [(sorted(ts)[len(ts) // 2], reporting.cv(ts)) for ts in times]
 
 
 def aligned(a):
@@ -137,9 +140,14 @@ def torch_isa():
     return found.group(1) if found else "?"
 
 
-def table(threads, quick):
+HEAD = ["| op | shape | threads | PyTorch us | cv % | normkernels us | cv % | speed-up |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+
+
+def table(threads, batches, quick):
+    """The table's rows, printed as they are measured, and the spreads by case."""
     rng = np.random.default_rng(0)
-    lines = []
+    lines, cvs = [], {}
     for t in threads:
         torch.set_num_threads(t)
         nk.set_num_threads(t)
@@ -149,37 +157,45 @@ def table(threads, quick):
                     break
                 if not np.allclose(nk_fn(), layout(torch_fn()), rtol=1e-3, atol=1e-3):
                     sys.exit(f"torch_compare: {op} {shape}: the two sides' y differ")
-                torch_s, nk_s = per_call([torch_fn, nk_fn], 1 if quick else BATCHES)
+                (torch_s, torch_cv), (nk_s, nk_cv) = per_call([torch_fn, nk_fn], batches)
+                case = f"{op} {shape}, {t} threads"
+                cvs[f"PyTorch {case}"], cvs[f"normkernels {case}"] = torch_cv, nk_cv
                 lines.append(f"| {op} | {shape} | {t} | {torch_s * 1e6:.1f} | "
-                             f"{nk_s * 1e6:.1f} | {torch_s / nk_s:.2f} |")
+                             f"{torch_cv * 100:.1f} | {nk_s * 1e6:.1f} | "
+                             f"{nk_cv * 100:.1f} | {torch_s / nk_s:.2f} |")
                 print(lines[-1], flush=True)
-    head = [f"PyTorch {torch.__version__} (its kernels at {torch_isa()}), normkernels at "
-            f"{nk.isa()}; microseconds per call from Python, medians of "
-            f"{BATCHES} alternating batches (`bench/torch_compare.py`, run by "
-            "`scripts/bench.sh`).", "",
-            "| op | shape | threads | PyTorch us | normkernels us | speed-up |",
-            "| --- | --- | ---: | ---: | ---: | ---: |"]
-    return head + lines
+    return lines, cvs
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", default=f"1,{os.cpu_count()}")
-    parser.add_argument("--readme", help="rewrite this README's torch section")
+    parser.add_argument("--out", metavar="DIR", help="write DIR/torch_compare.md")
+    parser.add_argument("--update", metavar="DOC", help="rewrite DOC's torch section")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args()
+    if args.update:
+        reporting.check_section(args.update, "torch")
     threads = sorted({int(t) for t in args.threads.split(",")})
-    print("| op | shape | threads | PyTorch us | normkernels us | speed-up |")
-    text = "\n".join(table(threads, args.quick))
-    if args.readme:
-        with open(args.readme) as f:
-            old = f.read()
-        block = ("<!-- torch:begin (regenerated by scripts/bench.sh) -->\n" + text +
-                 "\n<!-- torch:end -->")
-        new = re.sub(r"<!-- torch:begin.*?<!-- torch:end -->", lambda _: block, old,
-                     flags=re.S)
-        with open(args.readme, "w") as f:
-            f.write(new)
+    batches = 3 if args.quick else BATCHES
+    print("\n".join(HEAD), flush=True)
+    lines, cvs = table(threads, batches, args.quick)
+    warning = reporting.busy_warning(cvs)
+    text = "\n".join(reporting.with_warning([
+        f"PyTorch {torch.__version__} (its kernels at {torch_isa()}), normkernels at "
+        f"{nk.isa()}; microseconds per call from Python, medians of {batches} "
+        "alternating batches (cv: their coefficient of variation, standard deviation "
+        "over mean; `bench/torch_compare.py`, run by `scripts/bench.sh`).", "",
+        *HEAD, *lines], warning))
+    if args.out:
+        os.makedirs(args.out, exist_ok=True)
+        path = os.path.join(args.out, "torch_compare.md")
+        with open(path, "w") as f:
+            f.write(text + "\n")
+        print(f"wrote {path}")
+    if args.update:
+        reporting.rewrite_section(args.update, "torch", text)
+    reporting.warn("torch_compare", warning)
 
 
 if __name__ == "__main__":

@@ -1,31 +1,63 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# bench.sh [--full] [benchmark flags]: sets up a fresh Debian machine, builds, and runs
-# the benchmark suite: every kernel under every ISA beside the copy baseline and
-# oneDNN. Prints the table, writes results/benchmark.json and results/benchmark.png,
-# and regenerates README.md's results section from them; then times PyTorch's
-# operators beside the library (bench/torch_compare.py: README's PyTorch section).
+# bench.sh [--update-results[=DOC]] [--no-build] [--no-torch] [--out=DIR] [--full]
+#          [benchmark flags]
+# Sets up a fresh Debian machine, builds, and runs the benchmark suite: every kernel
+# under every ISA beside the copy baseline and oneDNN; then times PyTorch's operators
+# beside the library (bench/torch_compare.py). Prints both tables, with each case's
+# spread over its repetitions and a warning when the spreads say the machine was busy,
+# and writes them, the JSON and the plot to DIR (default $BUILD_DIR/bench-results;
+# relative paths start at the repository).
+# Tracked files change only with --update-results: results/ (JSON and plot) and the
+# results and PyTorch sections of DOC (default docs/performance.md).
+#   --full      every kernel x ISA x shape (the default is a quick selection)
+#   --no-build  run the binary already built in $BUILD_DIR (no packages, no cmake)
+#   --no-torch  skip the PyTorch comparison
+# Other flags go to Google Benchmark, e.g. --benchmark_filter='^layernorm/AVX3/'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/deps.sh build-essential cmake pkg-config libhwy-dev libgtest-dev \
-  libbenchmark-dev libdnnl-dev ocl-icd-opencl-dev python3-matplotlib python3-numpy \
-  python3-torch
 build=${BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
-cmake --build "$build" -j"$(nproc)" --target bench_normkernels normkernels
-mkdir -p results
+out=$build/bench-results doc="" setup=1 torch=1 flags=()
+for arg in "$@"; do
+  case $arg in
+    --update-results) doc=docs/performance.md ;;
+    --update-results=*) doc=${arg#*=} ;;
+    --no-build) setup=0 ;;
+    --no-torch) torch=0 ;;
+    --out=*) out=${arg#*=} ;;
+    *) flags+=("$arg") ;;
+  esac
+done
+update=()
+if [ -n "$doc" ]; then  # before minutes of measuring: the sections to rewrite exist
+  update=(--update "$doc")
+  /usr/bin/python3 bench/reporting.py "$doc" results torch
+fi
+if [ $setup = 1 ]; then
+  bash scripts/deps.sh build-essential cmake pkg-config libhwy-dev libgtest-dev \
+    libbenchmark-dev libdnnl-dev ocl-icd-opencl-dev python3-matplotlib python3-numpy \
+    python3-torch
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
+  cmake --build "$build" -j"$(nproc)" --target bench_normkernels normkernels
+fi
+mkdir -p "$out"
+echo "bench.sh: writing to $out"
 # Five repetitions of each case; the table uses the medians (this VM has minutes when
-# one run of a large copy takes many times its usual time). Repetitions of all cases
-# run in random order, so that a case and its copy baseline see the same drift of this
-# machine's speed (a shared VM varies by 20-30% over minutes).
-"$build"/bench/bench_normkernels --nk_json=results/benchmark.json \
+# one run of a large copy takes many times its usual time) and shows their spread.
+# Repetitions of all cases run in random order, so that a case and its copy baseline
+# see the same drift of this machine's speed (a shared VM varies by 20-30% over
+# minutes).
+"$build"/bench/bench_normkernels --nk_json="$out/benchmark.json" \
   --benchmark_min_time=0.05 --benchmark_repetitions=5 \
   --benchmark_enable_random_interleaving=true \
-  --benchmark_display_aggregates_only=true "$@"
-/usr/bin/python3 scripts/bench_report.py results/benchmark.json results/benchmark.png README.md
-# PyTorch's operators beside the library, per call from Python; glibc's mmap off, so
-# that PyTorch's fresh outputs reuse memory (as with the allocators it recommends)
-# instead of faulting in new pages on every call.
-MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 \
-  NK_LIBRARY="$build/libnormkernels.so" /usr/bin/python3 bench/torch_compare.py \
-  --readme README.md
+  --benchmark_display_aggregates_only=true "${flags[@]}"
+/usr/bin/python3 scripts/bench_report.py "$out/benchmark.json" "${update[@]}"
+if [ $torch = 1 ]; then
+  # PyTorch's operators beside the library, per call from Python; glibc's mmap off, so
+  # that PyTorch's fresh outputs reuse memory (as with the allocators it recommends)
+  # instead of faulting in new pages on every call.
+  MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 \
+    NK_LIBRARY="$build/libnormkernels.so" /usr/bin/python3 bench/torch_compare.py \
+    --out "$out" "${update[@]}"
+fi
+echo "bench.sh: results in $out"

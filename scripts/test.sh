@@ -5,8 +5,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh build-essential cmake pkg-config libhwy-dev libgtest-dev \
-  libbenchmark-dev libdnnl-dev ocl-icd-opencl-dev python3-numpy python3-pytest python3-torch
+  libbenchmark-dev libdnnl-dev ocl-icd-opencl-dev \
+  python3-matplotlib python3-numpy python3-pytest python3-torch
 build=${BUILD_DIR:-build}
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3
+# Every test and benchmark is asked for: a package missing stops the configure.
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 \
+  -DNK_BUILD_TESTS=ON -DNK_BUILD_BENCHMARKS=ON
 cmake --build "$build" -j"$(nproc)"
 ctest --test-dir "$build" --output-on-failure -j"$(nproc)"

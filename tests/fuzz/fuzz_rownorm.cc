@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // fuzz_rownorm.cc: libFuzzer target over the LayerNorm-family C ABI. The fuzz bytes
-// choose the function, a small shape, ISA, threads, eps, optional arguments, pointer
-// offsets and aliasing, and the values (NaN, Inf, huge, tiny included). Checks: the
-// status is the one c-abi.md's rules give, in their order; a failed call writes
-// nothing; an accepted call on finite data meets the design.md bound.
+// choose the function (contiguous or row-strided form), a small shape, row stride, ISA,
+// threads, eps, optional arguments, pointer offsets and aliasing, and the values (NaN,
+// Inf, huge, tiny included). Checks: the status is the one c-abi.md's rules give, in
+// their order; a failed call writes nothing; an accepted call writes nothing between
+// rows and, on finite data, meets the design.md bound.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cmath>
@@ -48,9 +49,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool null_x = p.ConsumeIntegralInRange<int>(0, 15) == 0;
   const Aliasing alias = static_cast<Aliasing>(p.ConsumeIntegralInRange<int>(0, kCount - 1));
   const size_t off = p.ConsumeIntegralInRange<size_t>(0, 3);
+  // The strided forms: every row-major tensor at one row stride ld (>= cols, or one
+  // below it: refused), y at ld + ldy_extra (in place with another stride overlaps).
+  const bool strided = p.ConsumeBool();
+  const bool bad_ld = strided && cols > 0 && p.ConsumeIntegralInRange<int>(0, 7) == 0;
+  size_t ld = cols, ldy = cols;
+  if (bad_ld) {
+    ld = ldy = cols - 1;
+  } else if (strided) {
+    ld = cols + p.ConsumeIntegralInRange<size_t>(0, 5);
+    ldy = ld + p.ConsumeIntegralInRange<size_t>(0, 1);
+  }
+  const size_t extent = rows == 0 ? 0 : (rows - 1) * (ldy > ld ? ldy : ld) + cols;
 
   // One arena holds every tensor at its offset, so that aliasing can be arranged.
-  const size_t stride = n + cols + 8;
+  const size_t stride = extent + cols + 8;
   std::vector<float> arena(8 * stride + 16, 12345.0f);
   float* x = arena.data() + off;
   float* res = x + stride;
@@ -60,22 +73,32 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   float* y = sum + stride;
   float* mean = y + stride;
   float* rstd = mean + stride;
-  for (size_t i = 0; i < n; ++i) x[i] = Value(p);
-  for (size_t i = 0; i < n; ++i) res[i] = Value(p);
+  std::vector<float> x0(n), res0(n);  // the rows, dense
+  for (size_t i = 0; i < n; ++i) x[i / cols * ld + i % cols] = x0[i] = Value(p);
+  for (size_t i = 0; i < n; ++i) res[i / cols * ld + i % cols] = res0[i] = Value(p);
   for (size_t i = 0; i < cols; ++i) gamma[i] = Value(p), beta[i] = Value(p);
-  const std::vector<float> x0(x, x + n), res0(res, res + n);
 
   float* y_arg = y;
   float* sum_arg = want_sum ? sum : nullptr;
   float* rstd_arg = stats ? rstd : nullptr;
   bool overlap = false;
+  // y's rows at another stride than x's overlap x's from the second row on.
+  const bool y_stride_differs = ldy != ld && rows > 1;
   switch (alias) {
-    case kYIsX: y_arg = x; break;
-    case kYPartial: y_arg = x + 1; overlap = n > 1; break;
+    case kYIsX: y_arg = x; overlap = y_stride_differs; break;
+    case kYPartial:  // one element on; do rows of y (ldy) and x (ld) share one?
+      y_arg = x + 1;
+      for (size_t r = 0; r < rows; ++r) {
+        for (size_t j = 0; j < rows; ++j) {
+          const size_t a = r * ldy + 1, b = j * ld;  // row starts, in elements from x
+          overlap |= a < b + cols && b < a + cols;
+        }
+      }
+      break;
     case kStatsInY: rstd_arg = y; overlap = rows > 0; break;
     case kSumIsY: if (fused) { sum_arg = y; overlap = true; } break;
     case kSumIsX: if (fused) sum_arg = x; break;
-    case kYIsResidual: if (fused) y_arg = res; break;
+    case kYIsResidual: if (fused) { y_arg = res; overlap = y_stride_differs; } break;
     default: break;
   }
   const float* x_arg = null_x ? nullptr : x;
@@ -83,7 +106,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // What c-abi.md says, in its order: scalars, shapes, empty, NULLs, overlaps.
   nk_status want = NK_OK;
   if (!std::isfinite(eps) || eps < 0) want = NK_ERR_INVALID_ARGUMENT;
-  else if (cols == 0) want = NK_ERR_INVALID_SHAPE;
+  else if (cols == 0 || bad_ld) want = NK_ERR_INVALID_SHAPE;
   else if (rows == 0) want = NK_OK;
   else if (null_x) want = NK_ERR_NULL_POINTER;
   else if (overlap) want = NK_ERR_OVERLAP;
@@ -93,15 +116,38 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const float* b = has_beta ? beta : nullptr;
   float* mean_arg = stats ? mean : nullptr;
   nk_status got;
-  switch (op) {
-    case 0: got = nk_layernorm_forward_f32(rows, cols, x_arg, g, b, eps, y_arg, mean_arg, rstd_arg); break;
-    case 1: got = nk_rmsnorm_forward_f32(rows, cols, x_arg, g, eps, y_arg, rstd_arg); break;
-    case 2: got = nk_add_layernorm_forward_f32(rows, cols, x_arg, res, g, b, eps, sum_arg, y_arg, mean_arg, rstd_arg); break;
-    default: got = nk_add_rmsnorm_forward_f32(rows, cols, x_arg, res, g, eps, sum_arg, y_arg, rstd_arg); break;
+  if (!strided) {
+    switch (op) {
+      case 0: got = nk_layernorm_forward_f32(rows, cols, x_arg, g, b, eps, y_arg, mean_arg, rstd_arg); break;
+      case 1: got = nk_rmsnorm_forward_f32(rows, cols, x_arg, g, eps, y_arg, rstd_arg); break;
+      case 2: got = nk_add_layernorm_forward_f32(rows, cols, x_arg, res, g, b, eps, sum_arg, y_arg, mean_arg, rstd_arg); break;
+      default: got = nk_add_rmsnorm_forward_f32(rows, cols, x_arg, res, g, eps, sum_arg, y_arg, rstd_arg); break;
+    }
+  } else {
+    switch (op) {
+      case 0:
+        got = nk_layernorm_forward_strided_f32(rows, cols, x_arg, ld, g, b, eps, y_arg,
+                                               ldy, mean_arg, rstd_arg);
+        break;
+      case 1:
+        got = nk_rmsnorm_forward_strided_f32(rows, cols, x_arg, ld, g, eps, y_arg, ldy,
+                                             rstd_arg);
+        break;
+      case 2:
+        got = nk_add_layernorm_forward_strided_f32(rows, cols, x_arg, ld, res, ld, g, b,
+                                                   eps, sum_arg, ld, y_arg, ldy, mean_arg,
+                                                   rstd_arg);
+        break;
+      default:
+        got = nk_add_rmsnorm_forward_strided_f32(rows, cols, x_arg, ld, res, ld, g, eps,
+                                                 sum_arg, ld, y_arg, ldy, rstd_arg);
+        break;
+    }
   }
   if (got != want) {
-    std::fprintf(stderr, "op %d rows %zu cols %zu alias %d: status %d, expected %d\n", op,
-                 rows, cols, alias, got, want);
+    std::fprintf(stderr, "op %d rows %zu cols %zu ld %zu ldy %zu alias %d: status %d, "
+                 "expected %d: %s\n", op, rows, cols, ld, ldy, alias, got, want,
+                 nk_last_error());
     Fail("status differs from the c-abi.md rules");
   }
   if (got != NK_OK || n == 0) {
@@ -110,7 +156,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     return 0;
   }
-  // Accepted: rows of finite inputs meet the bound.
+  // Accepted: nothing written between the rows of a y of its own.
+  if (y_arg == y) {
+    for (size_t r = 0; r + 1 < rows; ++r) {
+      for (size_t i = cols; i < ldy; ++i) {
+        if (y[r * ldy + i] != 12345.0f) Fail("y written between rows");
+      }
+    }
+  }
+  // Rows of finite inputs meet the bound.
   for (size_t r = 0; r < rows; ++r) {
     const float* xr = x0.data() + r * cols;
     const float* rr = res0.data() + r * cols;
@@ -124,7 +178,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (size_t i = 0; i < cols; ++i) {
       const float gi = g ? g[i] : 1.0f, bi = (center && b) ? b[i] : 0.0f;
       if (!std::isfinite(gi) || !std::isfinite(bi)) continue;
-      const float yi = y_arg[r * cols + i];
+      const float yi = y_arg[r * ldy + i];
       const long double bound = nk_test::BoundY(cols, ref, i, gi, bi);
       // A result, or the product x_hat * gamma before beta is added (no FMA below
       // AVX2), at the edge of the fp32 range may round to an infinity.
