@@ -24,13 +24,13 @@ import numpy as np
 
 from . import _library
 from ._args import alias as _alias
-from ._args import channels_last_in_memory as _channels_last_in_memory
 from ._args import array as _array
+from ._args import channels_last_in_memory as _channels_last_in_memory
 from ._args import float32 as _float32
+from ._args import int_tuple as _int_tuple
 from ._args import integer as _integer
 from ._args import ptr as _ptr
 from ._args import row_stride as _row_stride
-from ._args import shape as _shape
 from ._args import view_ptr as _view_ptr
 from ._args import writable as _writable
 
@@ -106,7 +106,7 @@ def _row_shape(x, normalized_shape):
             return shape[:-1], shape[-1:], shape[-1]
         norm = shape[-1:]
     else:
-        norm = _shape(normalized_shape, "normalized_shape")
+        norm = _int_tuple(normalized_shape, "normalized_shape")
         if not norm:
             raise ValueError("normalized_shape must have at least one dimension")
         lead = x.shape[:x.ndim - len(norm)]

@@ -49,14 +49,20 @@ def float32(value, name):
         except TypeError:
             raise TypeError(f"{name} must be a real number, not {type(value).__name__}") \
                 from None
+        except OverflowError:  # an int beyond double's range
+            raise _beyond_float32(name, value) from None
     if _F32_ZERO < value < _F32_INF or -_F32_INF < value < -_F32_ZERO or value == 0:
         return value
     if value != value or abs(value) == float("inf"):
         return value
     if abs(value) >= _F32_INF:
-        raise OverflowError(f"{name} = {value!r} is beyond float32's range "
-                            "(largest 3.4028235e+38)")
+        raise _beyond_float32(name, value)
     raise ValueError(f"{name} = {value!r} rounds to 0 in float32 (smallest 1.4e-45)")
+
+
+def _beyond_float32(name, value):
+    return OverflowError(f"{name} = {value!r} is beyond float32's range (largest "
+                         "3.4028235e+38)")
 
 
 def alias(value, torch_value, name, torch_name):
@@ -115,8 +121,8 @@ def writable(a, name):
     return a
 
 
-def shape(value, name):
-    """value, an int or a list / tuple of ints, as a shape tuple."""
+def int_tuple(value, name):
+    """value, an int or a list / tuple of ints (a shape), as a tuple."""
     if isinstance(value, (list, tuple)):
         return tuple(integer(d, name, "int64_t") for d in value)
     return (integer(value, name, "int64_t"),)

@@ -46,6 +46,7 @@ def with_momentum(momentum):
     (1e40, OverflowError, r"eps = 1e\+40 is beyond float32's range"),
     (-1e40, OverflowError, r"eps = -1e\+40 is beyond float32's range"),
     (np.float64(2.0 ** 128), OverflowError, r"eps = 3.402823669209385e\+38 is beyond"),
+    (10 ** 400, OverflowError, r"eps = 10{400} is beyond float32's range"),
     (1e-50, ValueError, r"eps = 1e-50 rounds to 0 in float32"),
     (2.0 ** -150, ValueError, r"eps = 7.006492321624085e-46 rounds to 0"),
     ("1e-5", TypeError, "eps must be a real number, not str"),
