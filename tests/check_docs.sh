@@ -14,8 +14,10 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 if git rev-parse --is-inside-work-tree > /dev/null 2>&1; then
   files=$(git ls-files)
 else
-  files=$(find . \( -name .git -o -name 'build*' \) -prune -o -type f -print |
-          sed 's|^\./||')
+  # Hidden folders (.git, caches such as .pytest_cache) and build trees are not the
+  # repository's.
+  files=$(find . -mindepth 1 \( -name '.*' -o -name 'build*' -o -name __pycache__ \) \
+          -prune -o -type f -print | sed 's|^\./||')
 fi
 files=$(printf '%s\n' "$files" | while IFS= read -r f; do [ -f "$f" ] && echo "$f"; done)
 
