@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/deps.sh build-essential cmake pkg-config libhwy-dev libgtest-dev \
   libbenchmark-dev libdnnl-dev ocl-icd-opencl-dev \
-  python3-matplotlib python3-numpy python3-pytest python3-torch
+  python3-matplotlib python3-numpy python3-pip python3-pytest python3-setuptools \
+  python3-torch
 build=${BUILD_DIR:-build}
 # Every test and benchmark is asked for: a package missing stops the configure.
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 \

@@ -28,14 +28,18 @@ DOC = "# Performance\n\nprose\n\n<!-- {0}:begin old -->\nold\n<!-- {0}:end -->\n
 
 def tracked_files():
     """The repository's tracked files; without git, its files outside build trees."""
-    git = subprocess.run(["git", "-C", ROOT, "ls-files", "-z"], capture_output=True)
-    if git.returncode == 0:
+    try:
+        git = subprocess.run(["git", "-C", ROOT, "ls-files", "-z"], capture_output=True)
+    except OSError:  # no git on the machine (a tarball, a fresh chroot)
+        git = None
+    if git is not None and git.returncode == 0:
         return [os.path.join(ROOT, p) for p in git.stdout.decode().split("\0") if p]
     files = []
     for d, dirs, names in os.walk(ROOT):
         if "CMakeCache.txt" in names:
             dirs[:] = []
-        else:
+        else:  # not hidden folders (.git, .pytest_cache) nor bytecode caches
+            dirs[:] = [x for x in dirs if not x.startswith(".") and x != "__pycache__"]
             files += [os.path.join(d, n) for n in names]
     return files
 

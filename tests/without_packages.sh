@@ -16,8 +16,9 @@ command -v dpkg-query > /dev/null || skip "not a Debian system (no dpkg-query)"
 
 hide=$(mktemp -d)
 trap 'rm -rf "$hide"' EXIT
-packages=$(dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' "${patterns[@]}" \
-  2> /dev/null | awk '$1 == "ii" {print $2}')
+# (dpkg-query fails when a pattern matches no package: nothing of it to hide.)
+packages=$({ dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' "${patterns[@]}" \
+  2> /dev/null || true; } | awk '$1 == "ii" {print $2}')
 count=0
 for p in $packages; do
   while IFS= read -r f; do
