@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// cases_batchnorm.cc: BatchNorm's benchmark cases: the CNN shapes of the BatchNorm
-// issue in both layouts, training, inference and the SyncBatchNorm moments, and a
-// batch-size sweep for the plot.
+// cases_batchnorm.cc: BatchNorm's benchmark cases: the cells the documentation
+// compares and a batch-size sweep for the plot; with --full, the CNN shapes of the
+// BatchNorm issue in both layouts, training, inference and the SyncBatchNorm moments
+// and steps.
 #include <string>
 #include <vector>
 
@@ -19,39 +20,37 @@ struct Shape {
   size_t n, c, h, w;
 };
 
-void RegisterBatchNorm(Op op, const std::string& isa, Shape s, bool nhwc, int threads,
-                       const std::string& group = "") {
+// Registers `op` on `s` with the ISA, threads, offset, group and main of `c`.
+void RegisterBatchNorm(Op op, Shape s, bool nhwc, Case c) {
   const size_t spatial = s.h * s.w;
-  const size_t elements = s.n * s.c * spatial;
+  const size_t elements = s.n * s.c * spatial, off = c.offset;
   const nk_layout layout = nhwc ? NK_LAYOUT_NHWC : NK_LAYOUT_NCHW;
-  Case c;
+  const std::string isa = c.isa;
+  const int threads = c.threads;
   c.kernel = kOpNames[static_cast<int>(op)];
   c.shape = std::to_string(s.n) + "x" + std::to_string(s.c) + "x" + std::to_string(s.h) +
             "x" + std::to_string(s.w) + (nhwc ? " NHWC" : " NCHW");
-  c.isa = isa;
-  c.threads = threads;
   c.elements = static_cast<double>(elements);
   // x and y; the moments read x only (counted once: the copy moves half of it).
   c.bytes = (op == Op::kMoments ? 1.0 : 2.0) * elements * sizeof(float);
-  c.copy = CopyFor(c.bytes, threads);
+  c.copy = CopyFor(c.bytes, threads, off);
   if (op != Op::kMoments) {
-    c.onednn = OneDnnBatchNorm(s.n, s.c, s.h, s.w, nhwc, op == Op::kTraining, threads);
+    c.onednn =
+        OneDnnBatchNorm(s.n, s.c, s.h, s.w, nhwc, op == Op::kTraining, threads, off);
   }
-  c.group = group;
-  const float* x = Tensor(0, elements);
-  float* y = Tensor(3, elements);
-  const float* g = Gamma(s.c);
-  const float* b = Beta(s.c);
-  float* mean = Tensor(4, s.c);
-  float* var = Tensor(5, s.c);
-  float* running_mean = Tensor(6, s.c);
-  float* running_var = Tensor(7, s.c);
+  const float* x = Tensor(0, elements, off);
+  float* y = Tensor(3, elements, off);
+  const float* g = Gamma(s.c, off);
+  const float* b = Beta(s.c, off);
+  float* mean = Tensor(4, s.c, off);
+  float* var = Tensor(5, s.c, off);
+  float* running_mean = Tensor(6, s.c, off);
+  float* running_var = Tensor(7, s.c, off);
   if (op != Op::kMoments) {
     c.out = y;
     c.out_n = elements;
   }
-  const std::string name = c.kernel + "/" + isa + "/" + c.shape + "/threads:" +
-                           std::to_string(threads);
+  const std::string name = c.kernel + "/" + isa + "/" + c.shape + Placement(off, threads);
   const size_t n = s.n, ch = s.c;
   Register(
       name, c,
@@ -90,7 +89,7 @@ void RegisterChannelSteps(const std::string& isa, size_t c) {
     k.threads = 1;
     k.elements = static_cast<double>(c);
     k.bytes = (merge ? 6.0 : 4.0) * c * sizeof(float);
-    k.copy = CopyFor(k.bytes, 1);
+    k.copy = CopyFor(k.bytes, 1, 0);
     const float* a = Tensor(0, c);
     const float* b = Tensor(1, c);
     float* out_mean = Tensor(3, c);
@@ -100,7 +99,7 @@ void RegisterChannelSteps(const std::string& isa, size_t c) {
       k.out_n = c;
     }
     Register(
-        k.kernel + "/" + isa + "/" + k.shape + "/threads:1", k,
+        k.kernel + "/" + isa + "/" + k.shape + Placement(0, 1), k,
         [=] { return nk_set_isa(isa.c_str()) == NK_OK && nk_set_num_threads(1) == NK_OK; },
         [=] {
           if (merge) {
@@ -115,26 +114,26 @@ void RegisterChannelSteps(const std::string& isa, size_t c) {
 }  // namespace
 
 void RegisterBatchNormCases(const Selection& s) {
-  RegisterChannelSteps(s.isas.front(), 4096);
-  const std::string& best = s.isas.front();
-  for (const std::string& isa : s.isas) {
-    for (int op = 0; op < 3; ++op) {
-      for (int threads : s.threads) {
-        for (const Shape& shape : kShapes) {
-          for (bool nhwc : {false, true}) {
-            // Quick: everything on the best ISA; training of the first shape elsewhere.
-            if (!s.full && isa != best && (op != 0 || shape.n != 32)) continue;
-            RegisterBatchNorm(static_cast<Op>(op), isa, shape, nhwc, threads);
-          }
-        }
-      }
+  // The cells: channels-last training and inference of ResNet's first stage.
+  const Shape first = {32, 64, 56, 56};
+  for (Case c : Placements(s.isas, s.threads)) {
+    c.main = true;
+    for (Op op : {Op::kTraining, Op::kInference}) RegisterBatchNorm(op, first, true, c);
+  }
+  // The plot's sweep: training, NHWC, 64 channels of 56x56, 1 thread.
+  for (const Case& c :
+       Placements(s.isas, {1}, "batchnorm_training Nx64x56x56 NHWC, 1 thread")) {
+    for (size_t n : {1, 4, 16, 32, 64}) {
+      RegisterBatchNorm(Op::kTraining, {n, 64, 56, 56}, true, c);
     }
   }
-  // The plot's sweep: training, NCHW, 64 channels of 56x56, 1 thread, every ISA.
-  for (const std::string& isa : s.isas) {
-    for (size_t n : {1, 4, 16, 32, 64}) {
-      RegisterBatchNorm(Op::kTraining, isa, {n, 64, 56, 56}, false, 1,
-                        "batchnorm_training Nx64x56x56 NCHW, 1 thread");
+  if (!s.full) return;
+  RegisterChannelSteps(s.isas.front(), 4096);
+  for (Op op : {Op::kTraining, Op::kInference, Op::kMoments}) {
+    for (const Case& c : Placements(s.isas, s.threads)) {
+      for (const Shape& shape : kShapes) {
+        for (bool nhwc : {false, true}) RegisterBatchNorm(op, shape, nhwc, c);
+      }
     }
   }
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// cases_layernorm.cc: the LayerNorm family's benchmark cases: rows x cols tensors of
-// 4 and 64 MiB, transformer shapes, one long row, and a size sweep for the plot.
+// cases_layernorm.cc: the LayerNorm family's benchmark cases: the cells the
+// documentation compares and a size sweep for the plot; with --full, rows x cols
+// tensors of 4 and 64 MiB, transformer shapes and one long row, for every op.
 #include <string>
 #include <vector>
 
@@ -13,34 +14,30 @@ namespace {
 enum class Op { kLayerNorm, kRmsNorm, kAddLayerNorm, kAddRmsNorm };
 const char* const kOpNames[] = {"layernorm", "rmsnorm", "add_layernorm", "add_rmsnorm"};
 
-void RegisterRowNorm(Op op, const std::string& isa, size_t rows, size_t cols, int threads,
-                     const std::string& group = "") {
-  const size_t n = rows * cols;
+// Registers `op` on rows x cols with the ISA, threads, offset, group and main of `c`.
+void RegisterRowNorm(Op op, size_t rows, size_t cols, Case c) {
+  const size_t n = rows * cols, off = c.offset;
   const bool fused = op == Op::kAddLayerNorm || op == Op::kAddRmsNorm;
-  Case c;
+  const std::string isa = c.isa;
+  const int threads = c.threads;
   c.kernel = kOpNames[static_cast<int>(op)];
   c.shape = std::to_string(rows) + "x" + std::to_string(cols);
-  c.isa = isa;
-  c.threads = threads;
   c.elements = static_cast<double>(n);
   c.bytes = (fused ? 4.0 : 2.0) * n * sizeof(float);  // x, residual, sum, y / x, y
-  c.copy = CopyFor(c.bytes, threads);
-  if (op == Op::kLayerNorm) c.onednn = OneDnnLayerNorm(rows, cols, threads);
-  c.group = group;
-  const float* x = Tensor(0, n);
-  const float* res = Tensor(1, n);
-  float* sum = Tensor(2, n);
-  float* y = Tensor(3, n);
-  float* mean = Tensor(4, rows);
-  float* rstd = Tensor(5, rows);
-  const float* g = Gamma(cols);
-  const float* b = Beta(cols);
+  c.copy = CopyFor(c.bytes, threads, off);
+  if (op == Op::kLayerNorm) c.onednn = OneDnnLayerNorm(rows, cols, threads, off);
+  const float* x = Tensor(0, n, off);
+  const float* res = fused ? Tensor(1, n, off) : nullptr;
+  float* sum = fused ? Tensor(2, n, off) : nullptr;
+  float* y = Tensor(3, n, off);
+  float* mean = Tensor(4, rows, off);
+  float* rstd = Tensor(5, rows, off);
+  const float* g = Gamma(cols, off);
+  const float* b = Beta(cols, off);
   c.out = y;
   c.out_n = n;
-  const std::string name = c.kernel + "/" + isa + "/" + c.shape + "/threads:" +
-                           std::to_string(threads);
   Register(
-      name, c,
+      c.kernel + "/" + isa + "/" + c.shape + Placement(off, threads), c,
       [=] { return nk_set_isa(isa.c_str()) == NK_OK && nk_set_num_threads(threads) == NK_OK; },
       [=] {
         switch (op) {
@@ -67,42 +64,32 @@ size_t RowsFor(size_t mib, size_t cols) { return (mib << 20) / sizeof(float) / c
 }  // namespace
 
 void RegisterLayerNormCases(const Selection& s) {
-  const std::string& best = s.isas.front();
-  for (int op = 0; op < 4; ++op) {
-    for (const std::string& isa : s.isas) {
-      // Quick: every op on the best ISA; LayerNorm at 1024 columns on the others.
-      const bool all_shapes = s.full || isa == best;
-      if (!all_shapes && op != 0) continue;
-      for (int threads : s.threads) {
-        for (size_t mib : {4, 64}) {
-          for (size_t cols : kCols) {
-            if (all_shapes || cols == 1024) {
-              RegisterRowNorm(static_cast<Op>(op), isa, RowsFor(mib, cols), cols, threads);
-            }
-          }
-        }
-      }
+  // The cells: 4 MiB of rows of 1024 (BERT-large), 64 MiB of rows of 256, 1024 and
+  // 4096 (streamed).
+  for (Case c : Placements(s.isas, s.threads)) {
+    c.main = true;
+    for (auto [rows, cols] : {std::pair<size_t, size_t>{1024, 1024}, {16384, 1024},
+                              {65536, 256}, {4096, 4096}}) {
+      RegisterRowNorm(Op::kLayerNorm, rows, cols, c);
     }
   }
-  // Transformer shapes and one long row (batch 1, hidden 1M).
-  for (const std::string& isa : s.isas) {
-    if (!s.full && isa != best) continue;
-    for (int op = 0; op < (s.full ? 4 : 2); ++op) {
-      for (int threads : s.threads) {
-        for (size_t rows : {1, 8, 512, 4096}) {
-          for (size_t cols : {768, 4096, 8192}) {
-            RegisterRowNorm(static_cast<Op>(op), isa, rows, cols, threads);
-          }
-        }
-        RegisterRowNorm(static_cast<Op>(op), isa, 1, size_t{1} << 20, threads);
-      }
-    }
-  }
-  // The plot's sweep: LayerNorm, 1024 columns, 1 thread, every ISA, 1/4 to 64 MiB.
-  for (const std::string& isa : s.isas) {
+  // The plot's sweep: LayerNorm, 1024 columns, 1 thread, 1/4 to 64 MiB.
+  for (const Case& c : Placements(s.isas, {1}, "layernorm 1024 cols, 1 thread")) {
     for (size_t kib : {256, 1024, 4096, 16384, 65536}) {
-      RegisterRowNorm(Op::kLayerNorm, isa, (kib << 10) / sizeof(float) / 1024, 1024, 1,
-                      "layernorm 1024 cols, 1 thread");
+      RegisterRowNorm(Op::kLayerNorm, (kib << 10) / sizeof(float) / 1024, 1024, c);
+    }
+  }
+  if (!s.full) return;
+  for (Op op : {Op::kLayerNorm, Op::kRmsNorm, Op::kAddLayerNorm, Op::kAddRmsNorm}) {
+    for (const Case& c : Placements(s.isas, s.threads)) {
+      for (size_t mib : {4, 64}) {
+        for (size_t cols : kCols) RegisterRowNorm(op, RowsFor(mib, cols), cols, c);
+      }
+      // Transformer shapes and one long row (batch 1, hidden 1M).
+      for (size_t rows : {1, 8, 512, 4096}) {
+        for (size_t cols : {768, 4096, 8192}) RegisterRowNorm(op, rows, cols, c);
+      }
+      RegisterRowNorm(op, 1, size_t{1} << 20, c);
     }
   }
 }

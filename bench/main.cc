@@ -1,16 +1,27 @@
 // SPDX-License-Identifier: Apache-2.0
-// main.cc: the benchmark suite: every kernel under every ISA this CPU runs, 1 and all
-// threads, beside the copy baseline and oneDNN in the same run.
+// main.cc: the benchmark suite: the kernels under the ISAs of one process, 1 and all
+// threads, their arrays on a 64-byte boundary and 16 bytes past one, beside the copy
+// baseline and oneDNN capped at the same ISA in the same run.
 //
-//   bench_normkernels [--full] [--nk_json=PATH] [--nk_verify] [Google Benchmark flags]
+//   bench_normkernels [--full] [--nk_isas=LIST] [--nk_processes] [--nk_json=PATH]
+//                     [--nk_verify] [Google Benchmark flags]
 //
-// The default is a quick selection (every kernel on the best ISA, the main ones on the
-// others); --full registers every kernel x ISA x shape. After Google Benchmark's lines
-// it prints a table of the cases (medians, spreads, ratios), or with --nk_json writes
-// it to PATH for scripts/bench_report.py. --nk_verify runs each case once and checks
-// it wrote exactly the elements its bytes count, instead of timing.
+// oneDNN's ISA is set once per process, so a run is one process per oneDNN ISA:
+// --nk_processes prints their --nk_isas, one line each (this CPU's AVX3, AVX2 and
+// SSE4; with --full, SSSE3 and the baseline join SSE4's, compared with oneDNN's
+// SSE4.1), and --nk_isas=LIST (comma-separated) runs one; the default is the first.
+// scripts/bench.sh runs them all and merges their JSON.
+//
+// The default is a quick selection (the cells of the documentation's table, and the
+// plot's size sweeps); --full registers every kernel x shape. After Google
+// Benchmark's lines it prints a table of the cases (medians, spreads, ratios), or
+// with --nk_json writes it to PATH for scripts/bench_report.py. --nk_verify runs each
+// case once and checks it wrote exactly the elements its bytes count, instead of
+// timing.
 #include <omp.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -18,15 +29,66 @@
 #include "normkernels.h"
 #include "suite.h"
 
+namespace {
+
+// The --nk_isas of each process a run needs: this CPU's ISAs grouped by the ISA
+// oneDNN is capped at for them; the quick selection takes the first of each group.
+std::vector<std::string> Processes(const std::vector<std::string>& isas, bool full) {
+  std::vector<std::string> lines;
+  std::string cap;
+  for (const std::string& isa : isas) {
+    if (!lines.empty() && nk_bench::OneDnnCapFor(isa) == cap) {
+      if (full) lines.back() += "," + isa;
+    } else {
+      lines.push_back(isa);
+      cap = nk_bench::OneDnnCapFor(isa);
+    }
+  }
+  return lines;
+}
+
+// The ISAs of --nk_isas=LIST, or an empty list after a message.
+std::vector<std::string> ParseIsas(const std::string& list,
+                                   const std::vector<std::string>& runs) {
+  std::vector<std::string> isas;
+  for (size_t b = 0, e; b <= list.size(); b = e + 1) {
+    e = std::min(list.find(',', b), list.size());
+    isas.push_back(list.substr(b, e - b));
+    if (std::find(runs.begin(), runs.end(), isas.back()) == runs.end()) {
+      std::string names;
+      for (const std::string& r : runs) names += " " + r;
+      std::fprintf(stderr, "bench_normkernels: --nk_isas=%s: '%s' is not an ISA this CPU "
+                   "runs (it runs:%s)\n", list.c_str(), isas.back().c_str(),
+                   names.c_str());
+      return {};
+    }
+    if (nk_bench::OneDnnCapFor(isas.back()) != nk_bench::OneDnnCapFor(isas.front())) {
+      std::fprintf(stderr, "bench_normkernels: --nk_isas=%s: %s and %s are compared with "
+                   "oneDNN at different ISAs (%s, %s): run them in two processes\n",
+                   list.c_str(), isas.front().c_str(), isas.back().c_str(),
+                   nk_bench::OneDnnCapFor(isas.front()).c_str(),
+                   nk_bench::OneDnnCapFor(isas.back()).c_str());
+      return {};
+    }
+  }
+  return isas;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace nk_bench;
   Selection s;
-  std::string json;
-  bool verify = false;
+  std::string json, isas_arg;
+  bool verify = false, processes = false;
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--full") == 0) {
       s.full = true;
+    } else if (std::strncmp(argv[i], "--nk_isas=", 10) == 0) {
+      isas_arg = argv[i] + 10;
+    } else if (std::strcmp(argv[i], "--nk_processes") == 0) {
+      processes = true;
     } else if (std::strncmp(argv[i], "--nk_json=", 10) == 0) {
       json = argv[i] + 10;
     } else if (std::strcmp(argv[i], "--nk_verify") == 0) {
@@ -35,9 +97,17 @@ int main(int argc, char** argv) {
       rest.push_back(argv[i]);
     }
   }
-  std::vector<const char*> isas(nk_list_isas(nullptr, 0));
-  nk_list_isas(isas.data(), isas.size());
-  s.isas.assign(isas.begin(), isas.end());
+  std::vector<const char*> names(nk_list_isas(nullptr, 0));
+  nk_list_isas(names.data(), names.size());
+  const std::vector<std::string> runs(names.begin(), names.end());
+  const std::vector<std::string> lines = Processes(runs, s.full);
+  if (processes) {
+    for (const std::string& line : lines) std::printf("%s\n", line.c_str());
+    return 0;
+  }
+  s.isas = ParseIsas(isas_arg.empty() ? lines.front() : isas_arg, runs);
+  if (s.isas.empty()) return 2;
+  const std::string onednn_isa = CapOneDnn(s.isas.front());  // before any primitive
   const int all = nk_get_num_threads();
   s.threads = all > 1 ? std::vector<int>{1, all} : std::vector<int>{1};
   RegisterLayerNormCases(s);
@@ -46,8 +116,10 @@ int main(int argc, char** argv) {
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 1;
-  auto reporter = MakeReporter(json);
-  benchmark::RunSpecifiedBenchmarks(reporter.get());
+  auto reporter = MakeReporter(json, s.isas, onednn_isa);
+  // Where the filter matched nothing, Google Benchmark reports nothing: the summary
+  // still says so (no cases), for a script merging the processes' JSON.
+  if (benchmark::RunSpecifiedBenchmarks(reporter.get()) == 0) reporter->Finalize();
   benchmark::Shutdown();
   return 0;
 }

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 // onednn.cc: oneDNN's layer_normalization and batch_normalization on the suite's
-// shapes and thread counts (when built with Debian's libdnnl-dev), at oneDNN's own
-// best ISA. Its counterparts of our calls: LayerNorm forward_training with scale and
-// shift (mean and variance out); BatchNorm forward_training with scale and shift, and
-// forward_inference with global statistics.
+// shapes, thread counts and offsets (when built with Debian's libdnnl-dev), capped at
+// the ISA of the process's cases. Its counterparts of our calls: LayerNorm
+// forward_training with scale and shift (mean and variance out); BatchNorm
+// forward_training with scale and shift, and forward_inference with global statistics.
 #include <omp.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -17,6 +19,13 @@
 #endif
 
 namespace nk_bench {
+
+// oneDNN has nothing below SSE4.1 but reference code: SSSE3 and the baseline are
+// compared with its SSE4.1 paths.
+std::string OneDnnCapFor(const std::string& isa) {
+  if (isa.rfind("AVX3", 0) == 0) return "avx512_core";  // and AVX3_DL, AVX3_ZEN4, ...
+  return isa == "AVX2" ? "avx2" : "sse41";
+}
 
 #if NK_HAVE_DNNL
 namespace {
@@ -58,22 +67,58 @@ class ThreadsDuringCreation {
 
 // Registers oneDNN's run of `elements` elements (x read, y written) as a case.
 std::string RegisterJob(const std::string& kernel, const std::string& shape,
-                        double elements, std::shared_ptr<Job> job, int threads) {
+                        double elements, std::shared_ptr<Job> job, const char* impl,
+                        int threads, size_t offset) {
   Case c;
   c.kernel = kernel;
   c.shape = shape;
   c.isa = "oneDNN";
   c.threads = threads;
+  c.offset = offset;
   c.elements = elements;
   c.bytes = 2.0 * elements * sizeof(float);
-  return Register(
-      kernel + "/" + shape + "/threads:" + std::to_string(threads), c, [] { return true; },
-      [job, threads] { job->Run(threads); });
+  c.impl = impl;
+  return Register(kernel + "/" + shape + Placement(offset, threads), c,
+                  [] { return true; }, [job, threads] { job->Run(threads); });
+}
+
+const char* IsaName(dnnl::cpu_isa isa) {
+  switch (isa) {
+    case dnnl::cpu_isa::sse41: return "sse41";
+    case dnnl::cpu_isa::avx: return "avx";
+    case dnnl::cpu_isa::avx2: return "avx2";
+    case dnnl::cpu_isa::avx2_vnni: return "avx2_vnni";
+    case dnnl::cpu_isa::avx512_core: return "avx512_core";
+    case dnnl::cpu_isa::avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl::cpu_isa::avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl::cpu_isa::avx512_core_amx: return "avx512_core_amx";
+    case dnnl::cpu_isa::all: return "all";
+    default: return "other";
+  }
 }
 
 }  // namespace
 
-std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads) {
+std::string CapOneDnn(const std::string& isa) {
+  dnnl::cpu_isa cap = dnnl::cpu_isa::all;
+  for (dnnl::cpu_isa c : {dnnl::cpu_isa::sse41, dnnl::cpu_isa::avx2,
+                          dnnl::cpu_isa::avx512_core}) {
+    if (OneDnnCapFor(isa) == IsaName(c)) cap = c;
+  }
+  // (DNNL_MAX_CPU_ISA in the environment is overridden: oneDNN reads it only if
+  // nothing set the cap before its first use.)
+  const dnnl::status status = dnnl::set_max_cpu_isa(cap);
+  const dnnl::cpu_isa effective = dnnl::get_effective_cpu_isa();
+  if (status != dnnl::status::success || effective != cap) {
+    std::fprintf(stderr, "bench_normkernels: oneDNN capped at %s for %s cases runs at %s "
+                 "(status %d)\n", IsaName(cap), isa.c_str(), IsaName(effective),
+                 static_cast<int>(status));
+    std::exit(1);
+  }
+  return IsaName(effective);
+}
+
+std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads, size_t offset) {
   using dnnl::memory;
   const ThreadsDuringCreation creation(threads);
   const size_t n = rows * cols;
@@ -89,18 +134,18 @@ std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads) {
   const dnnl::layer_normalization_forward::primitive_desc pd(desc, Engine());
   auto job = std::make_shared<Job>();
   job->primitive = std::make_unique<dnnl::layer_normalization_forward>(pd);
-  job->args = {{DNNL_ARG_SRC, Wrap(data, Tensor(0, n))},
-               {DNNL_ARG_DST, Wrap(data, Tensor(3, n))},
-               {DNNL_ARG_MEAN, Wrap(stat, Tensor(4, rows))},
-               {DNNL_ARG_VARIANCE, Wrap(stat, Tensor(5, rows))},
-               {DNNL_ARG_SCALE, Wrap(param, Gamma(cols))},
-               {DNNL_ARG_SHIFT, Wrap(param, Beta(cols))}};
+  job->args = {{DNNL_ARG_SRC, Wrap(data, Tensor(0, n, offset))},
+               {DNNL_ARG_DST, Wrap(data, Tensor(3, n, offset))},
+               {DNNL_ARG_MEAN, Wrap(stat, Tensor(4, rows, offset))},
+               {DNNL_ARG_VARIANCE, Wrap(stat, Tensor(5, rows, offset))},
+               {DNNL_ARG_SCALE, Wrap(param, Gamma(cols, offset))},
+               {DNNL_ARG_SHIFT, Wrap(param, Beta(cols, offset))}};
   return RegisterJob("onednn_layernorm", std::to_string(rows) + "x" + std::to_string(cols),
-                     static_cast<double>(n), job, threads);
+                     static_cast<double>(n), job, pd.impl_info_str(), threads, offset);
 }
 
 std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
-                            bool training, int threads) {
+                            bool training, int threads, size_t offset) {
   using dnnl::memory;
   const ThreadsDuringCreation creation(threads);
   const size_t elements = n * c * h * w;
@@ -118,24 +163,28 @@ std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
   const dnnl::batch_normalization_forward::primitive_desc pd(desc, Engine());
   auto job = std::make_shared<Job>();
   job->primitive = std::make_unique<dnnl::batch_normalization_forward>(pd);
-  float* var = Tensor(9, c);
+  float* var = Tensor(9, c, offset);
   for (size_t i = 0; i < c; ++i) var[i] = 1.0f;
-  job->args = {{DNNL_ARG_SRC, Wrap(data, Tensor(0, elements))},
-               {DNNL_ARG_DST, Wrap(data, Tensor(3, elements))},
-               {DNNL_ARG_MEAN, Wrap(param, Tensor(8, c))},
+  job->args = {{DNNL_ARG_SRC, Wrap(data, Tensor(0, elements, offset))},
+               {DNNL_ARG_DST, Wrap(data, Tensor(3, elements, offset))},
+               {DNNL_ARG_MEAN, Wrap(param, Tensor(8, c, offset))},
                {DNNL_ARG_VARIANCE, Wrap(param, var)},
-               {DNNL_ARG_SCALE, Wrap(param, Gamma(c))},
-               {DNNL_ARG_SHIFT, Wrap(param, Beta(c))}};
+               {DNNL_ARG_SCALE, Wrap(param, Gamma(c, offset))},
+               {DNNL_ARG_SHIFT, Wrap(param, Beta(c, offset))}};
   return RegisterJob(training ? "onednn_batchnorm_training" : "onednn_batchnorm_inference",
                      std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(h) +
                          "x" + std::to_string(w) + (nhwc ? " NHWC" : " NCHW"),
-                     static_cast<double>(elements), job, threads);
+                     static_cast<double>(elements), job, pd.impl_info_str(), threads,
+                     offset);
 }
 
 #else  // built without oneDNN
 
-std::string OneDnnLayerNorm(size_t, size_t, int) { return ""; }
-std::string OneDnnBatchNorm(size_t, size_t, size_t, size_t, bool, bool, int) { return ""; }
+std::string CapOneDnn(const std::string&) { return ""; }
+std::string OneDnnLayerNorm(size_t, size_t, int, size_t) { return ""; }
+std::string OneDnnBatchNorm(size_t, size_t, size_t, size_t, bool, bool, int, size_t) {
+  return "";
+}
 
 #endif
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // suite.cc: registry, buffers, copy baselines, and the reporter (ratios from the
-// medians of one run, each with its spread; a table or a JSON summary).
+// medians of one process's run, each with its spread; a table or a JSON summary).
 #include "suite.h"
 
 #include <algorithm>
@@ -32,24 +32,29 @@ std::map<std::string, Runner>& Runners() {
 }
 }  // namespace
 
+// Floats after a verified output that must stay NaN (Tensor leaves room for them).
+constexpr size_t kGuard = 16;
+
 int VerifyCases() {
   int failures = 0, checked = 0;
   for (const auto& [name, c] : Cases()) {
     if (c.out == nullptr) continue;
     const Runner& run = Runners()[name];
-    for (size_t i = 0; i < c.out_n; ++i) c.out[i] = NAN;
+    for (size_t i = 0; i < c.out_n + kGuard; ++i) c.out[i] = NAN;
     if (!run.setup()) {
       std::printf("FAIL %s: setup\n", name.c_str());
       ++failures;
       continue;
     }
     run.body();
-    size_t written = 0;
+    size_t written = 0, after = 0;
     for (size_t i = 0; i < c.out_n; ++i) written += !std::isnan(c.out[i]);
+    for (size_t i = c.out_n; i < c.out_n + kGuard; ++i) after += !std::isnan(c.out[i]);
     ++checked;
-    if (written != static_cast<size_t>(c.elements)) {
-      std::printf("FAIL %s: wrote %zu of %zu output elements, counted %.0f\n", name.c_str(),
-                  written, c.out_n, c.elements);
+    if (written != static_cast<size_t>(c.elements) || after != 0) {
+      std::printf("FAIL %s: wrote %zu of %zu output elements (counted %.0f) and %zu of "
+                  "the %zu after them\n", name.c_str(), written, c.out_n, c.elements,
+                  after, kGuard);
       ++failures;
     }
   }
@@ -60,7 +65,9 @@ int VerifyCases() {
 std::string Register(const std::string& name, const Case& c, std::function<bool()> setup,
                      std::function<void()> body) {
   if (Cases().count(name)) {  // a case in two selections: one benchmark
-    if (!c.group.empty()) Cases()[name].group = c.group;
+    Case& known = Cases()[name];
+    if (!c.group.empty()) known.group = c.group;
+    known.main = known.main || c.main;
     return name;
   }
   Cases()[name] = c;
@@ -82,56 +89,86 @@ std::string Register(const std::string& name, const Case& c, std::function<bool(
   return name;
 }
 
-std::string CopyFor(double bytes, int threads) {
+std::vector<Case> Placements(const std::vector<std::string>& isas,
+                             const std::vector<int>& threads, const std::string& group) {
+  std::vector<Case> placements;
+  for (const std::string& isa : isas) {
+    for (int t : threads) {
+      for (size_t offset : kOffsets) {
+        Case c;
+        c.isa = isa;
+        c.threads = t;
+        c.offset = offset;
+        c.group = group;
+        placements.push_back(c);
+      }
+    }
+  }
+  return placements;
+}
+
+std::string Placement(size_t offset, int threads) {
+  return "/offset:" + std::to_string(offset) + "/threads:" + std::to_string(threads);
+}
+
+std::string CopyFor(double bytes, int threads, size_t offset) {
   const size_t n = static_cast<size_t>(bytes / 2 / sizeof(float));
-  const std::string key = "floats:" + std::to_string(n) + "/threads:" + std::to_string(threads);
+  const std::string key = "floats:" + std::to_string(n) + Placement(offset, threads);
   for (bool streaming : {false, true}) {
     Case c;
     c.kernel = streaming ? "copy_nt" : "copy_memcpy";
     c.shape = std::to_string(n);
     c.isa = "-";
     c.threads = threads;
+    c.offset = offset;
     c.bytes = 2.0 * n * sizeof(float);
     c.elements = static_cast<double>(n);
+    const float* src = Tensor(0, n, offset);
+    float* dst = Tensor(1, n, offset);
     Register(std::string(streaming ? "copy_nt/" : "copy_memcpy/") + key, c,
-             [] { return true; },
-             [=] { Copy(Tensor(0, n), Tensor(1, n), n, threads, streaming); });
+             [] { return true; }, [=] { Copy(src, dst, n, threads, streaming); });
   }
   return key;
 }
 
 namespace {
 
-// One buffer of n floats per (slot, n), aligned to `align` and filled with value(k) on
-// first use (so prefaulted), kept for the run.
+// Room after each buffer's n floats: for the largest offset below a line and the
+// guard --nk_verify checks after an output.
+constexpr size_t kPadFloats = 64 / sizeof(float) + kGuard;
+
+// One page-aligned buffer of n + kPadFloats floats per (slot, n), filled with
+// value(k) on first use (so prefaulted) and kept for the run; returns it `offset`
+// bytes on.
 template <class Value>
-float* Buffer(int slot, size_t n, size_t align, const Value& value) {
+float* Buffer(int slot, size_t n, size_t offset, const Value& value) {
+  if (offset % sizeof(float) != 0 || offset >= 64) std::abort();
   static std::map<std::pair<int, size_t>, float*> buffers;
   float*& b = buffers[{slot, n}];
   if (b == nullptr) {
     void* p = nullptr;
-    if (posix_memalign(&p, align, std::max<size_t>(n, 1) * sizeof(float))) std::abort();
+    if (posix_memalign(&p, 4096, (n + kPadFloats) * sizeof(float))) std::abort();
     b = static_cast<float*>(p);
-    for (size_t k = 0; k < n; ++k) b[k] = value(k);
+    for (size_t k = 0; k < n + kPadFloats; ++k) b[k] = value(k);
   }
-  return b;
+  return b + offset / sizeof(float);
 }
 
 }  // namespace
 
-float* Tensor(int slot, size_t n) {
-  return Buffer(slot, n, 4096, [slot](size_t k) {
+float* Tensor(int slot, size_t n, size_t offset) {
+  return Buffer(slot, n, offset, [slot](size_t k) {
     return static_cast<float>((k * 7919 + slot) % 1000) * 1e-3f;
   });
 }
 
-// gamma / beta aligned to 64 bytes, as framework allocators give them (PyTorch's CPU
-// allocator aligns to 64); oneDNN and these kernels read the same ones.
-const float* Gamma(size_t n) {
-  return Buffer(0, n, 64, [](size_t i) { return 1.0f + (i % 7) * 0.01f; });
+// gamma / beta at the tensors' offset, as a caller's allocator would place them;
+// oneDNN and these kernels read the same ones.
+const float* Gamma(size_t n, size_t offset) {
+  return Buffer(0, n, offset, [](size_t i) { return 1.0f + (i % 7) * 0.01f; });
 }
-const float* Beta(size_t n) {
-  return Buffer(1, n, 64, [](size_t i) { return (i % 5) * 0.1f; });
+const float* Beta(size_t n, size_t offset) {
+  return Buffer(1, n, offset, [](size_t i) { return (i % 5) * 0.1f; });
 }
 
 namespace {
@@ -140,12 +177,24 @@ struct Row {
   std::string name;
   Case c;
   double bps, copy_bps, onednn_bps;
-  double cv, copy_cv;  // spreads of bps and copy_bps over the repetitions
+  double cv, copy_cv, onednn_cv;  // spreads of the three over the repetitions
+  std::string onednn_impl;
 };
+
+// A JSON array of strings.
+std::string JsonList(const std::vector<std::string>& items) {
+  std::string s = "[";
+  for (const std::string& item : items) s += (s.size() > 1 ? ", \"" : "\"") + item + "\"";
+  return s + "]";
+}
 
 class SuiteReporter : public benchmark::ConsoleReporter {
  public:
-  explicit SuiteReporter(std::string json_path) : json_path_(std::move(json_path)) {}
+  SuiteReporter(std::string json_path, std::vector<std::string> isas,
+                std::string onednn_isa)
+      : json_path_(std::move(json_path)),
+        isas_(std::move(isas)),
+        onednn_isa_(std::move(onednn_isa)) {}
 
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
@@ -178,9 +227,11 @@ class SuiteReporter : public benchmark::ConsoleReporter {
       // The faster of the two copies is the baseline.
       const std::string plain = "copy_memcpy/" + c.copy, nt = "copy_nt/" + c.copy;
       const std::string& copy = Get(bps_, plain) >= Get(bps_, nt) ? plain : nt;
+      const bool dnnl = !c.onednn.empty();
       rows.push_back({name, c, bps_[name], Get(bps_, copy),
-                      c.onednn.empty() ? 0.0 : Get(bps_, c.onednn), Get(cv_, name),
-                      Get(cv_, copy)});
+                      dnnl ? Get(bps_, c.onednn) : 0.0, Get(cv_, name), Get(cv_, copy),
+                      dnnl ? Get(cv_, c.onednn) : 0.0,
+                      dnnl ? Cases()[c.onednn].impl : ""});
     }
     // With a JSON summary, scripts/bench_report.py prints the table (and warns when
     // the spreads say the machine was busy).
@@ -197,38 +248,48 @@ class SuiteReporter : public benchmark::ConsoleReporter {
     return it == m.end() ? 0.0 : it->second;
   }
 
-  static void PrintTable(const std::vector<Row>& rows) {
-    std::printf("\n%-22s %-22s %-7s %3s %8s %5s %7s %8s\n", "kernel", "shape", "ISA",
-                "thr", "GB/s", "cv %", "x copy", "x oneDNN");
+  void PrintTable(const std::vector<Row>& rows) const {
+    std::printf("\n%-22s %-22s %-7s %3s %3s %8s %5s %7s %8s\n", "kernel", "shape", "ISA",
+                "off", "thr", "GB/s", "cv %", "x copy", "x oneDNN");
     for (const Row& r : rows) {
-      std::printf("%-22s %-22s %-7s %3d %8.1f %5.1f %7.2f", r.c.kernel.c_str(),
-                  r.c.shape.c_str(), r.c.isa.c_str(), r.c.threads, r.bps * 1e-9,
-                  r.cv * 100, r.copy_bps > 0 ? r.bps / r.copy_bps : 0.0);
+      std::printf("%-22s %-22s %-7s %3zu %3d %8.1f %5.1f %7.2f", r.c.kernel.c_str(),
+                  r.c.shape.c_str(), r.c.isa.c_str(), r.c.offset, r.c.threads,
+                  r.bps * 1e-9, r.cv * 100, r.copy_bps > 0 ? r.bps / r.copy_bps : 0.0);
       if (r.onednn_bps > 0) {
         std::printf(" %8.2f\n", r.bps / r.onednn_bps);
       } else {
         std::printf(" %8s\n", "-");
       }
     }
+    if (!onednn_isa_.empty()) std::printf("oneDNN ran at %s\n", onednn_isa_.c_str());
   }
 
   void WriteJson(const std::vector<Row>& rows) const {
     std::ofstream out(json_path_);
     out.precision(17);
-    out << "{\n  \"repetitions\": " << repetitions_ << ",\n  \"cases\": [\n";
+    std::string process;  // names this process's baselines in a merge of processes
+    for (const std::string& isa : isas_) process += (process.empty() ? "" : ",") + isa;
+    out << "{\n  \"repetitions\": " << repetitions_ << ",\n  \"isas\": "
+        << JsonList(isas_) << ",\n  \"onednn_isa\": \"" << onednn_isa_
+        << "\",\n  \"cases\": [\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
+      const bool dnnl = r.onednn_bps > 0;
       out << "    {\"name\": \"" << r.name << "\", \"kernel\": \"" << r.c.kernel
           << "\", \"shape\": \"" << r.c.shape << "\", \"isa\": \"" << r.c.isa
-          << "\", \"threads\": " << r.c.threads << ", \"group\": \"" << r.c.group
-          << "\", \"bytes\": " << static_cast<long long>(r.c.bytes)
+          << "\", \"offset\": " << r.c.offset << ", \"threads\": " << r.c.threads
+          << ", \"group\": \"" << r.c.group << "\", \"main\": "
+          << (r.c.main ? "true" : "false")
+          << ", \"bytes\": " << static_cast<long long>(r.c.bytes)
           << ", \"bytes_per_second\": " << r.bps
           << ", \"copy_bytes_per_second\": " << r.copy_bps
           << ", \"onednn_bytes_per_second\": " << r.onednn_bps
           << ", \"x_copy\": " << (r.copy_bps > 0 ? r.bps / r.copy_bps : 0.0)
-          << ", \"x_onednn\": " << (r.onednn_bps > 0 ? r.bps / r.onednn_bps : 0.0)
-          << ", \"cv\": " << r.cv << ", \"copy_cv\": " << r.copy_cv << "}"
-          << (i + 1 < rows.size() ? ",\n" : "\n");
+          << ", \"x_onednn\": " << (dnnl ? r.bps / r.onednn_bps : 0.0)
+          << ", \"cv\": " << r.cv << ", \"copy_cv\": " << r.copy_cv
+          << ", \"onednn_cv\": " << r.onednn_cv << ", \"onednn_isa\": \""
+          << (dnnl ? onednn_isa_ : "") << "\", \"onednn_impl\": \"" << r.onednn_impl
+          << "\"}" << (i + 1 < rows.size() ? ",\n" : "\n");
     }
     // The baselines the ratios were computed from, measured in this same run.
     out << "  ],\n  \"baselines\": [\n";
@@ -236,7 +297,8 @@ class SuiteReporter : public benchmark::ConsoleReporter {
     for (const auto& [name, c] : Cases()) {
       if (!c.copy.empty() || !bps_.count(name)) continue;
       out << (first ? "" : ",\n") << "    {\"name\": \"" << name << "\", \"kernel\": \""
-          << c.kernel << "\", \"bytes_per_second\": " << Get(bps_, name)
+          << c.kernel << "\", \"process\": \"" << process
+          << "\", \"bytes_per_second\": " << Get(bps_, name)
           << ", \"cv\": " << Get(cv_, name) << "}";
       first = false;
     }
@@ -245,6 +307,8 @@ class SuiteReporter : public benchmark::ConsoleReporter {
   }
 
   std::string json_path_;
+  std::vector<std::string> isas_;
+  std::string onednn_isa_;
   std::map<std::string, double> bps_;
   std::map<std::string, double> cv_;  // 0 where a case ran once
   std::set<std::string> medians_;
@@ -253,8 +317,10 @@ class SuiteReporter : public benchmark::ConsoleReporter {
 
 }  // namespace
 
-std::unique_ptr<benchmark::BenchmarkReporter> MakeReporter(const std::string& json_path) {
-  return std::make_unique<SuiteReporter>(json_path);
+std::unique_ptr<benchmark::BenchmarkReporter> MakeReporter(
+    const std::string& json_path, const std::vector<std::string>& isas,
+    const std::string& onednn_isa) {
+  return std::make_unique<SuiteReporter>(json_path, isas, onednn_isa);
 }
 
 }  // namespace nk_bench

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // suite.h: the benchmark suite's registry. Each case knows its bytes, the copy
-// baseline of the same bytes and threads, and (when built with oneDNN) oneDNN's
-// benchmark of the same shape and threads, all run in the same binary; the reporter
-// turns them into ratios, a table and a JSON file.
+// baseline of the same bytes, threads and offset, and (when built with oneDNN)
+// oneDNN's benchmark of the same shape, threads and offset, all run in the same
+// process, with oneDNN capped at the ISA of the process's cases; the reporter turns
+// them into ratios, a table and a JSON file.
 //
 // Bytes count each tensor once: inputs read plus outputs written (x, residual, sum,
 // y), not gamma, beta or per-row/per-channel statistics. The copy moves half the
@@ -26,24 +27,38 @@ struct Case {
   std::string shape;   // "4096x1024", "32x64x56x56 NCHW"
   std::string isa;     // an nk ISA, "oneDNN", or "-" for copies
   int threads = 1;
+  size_t offset = 0;   // bytes past a 64-byte boundary where every array of the call is
   double bytes = 0;    // counted per call
   double elements = 0;
   std::string copy;    // the name of the copy baseline's benchmark
   std::string onednn;  // the name of oneDNN's benchmark of the same work, or ""
+  std::string impl;    // oneDNN's cases: the implementation oneDNN chose
   std::string group;   // plot series: cases of one group differ only in size
+  bool main = false;   // one of the cells the documentation's table compares
   // For --nk_verify: the output tensor the body writes in full (NaN-filled first).
   float* out = nullptr;
   size_t out_n = 0;
 };
 
-// What to register: ISAs, thread counts, and the quick or the full selection.
+// Where the suite places arrays: on a 64-byte boundary (as PyTorch's allocator) and
+// 16 bytes past one (as malloc and NumPy place large arrays).
+constexpr size_t kOffsets[] = {0, 16};
+
+// What to register: ISAs (this process's, best first), thread counts, and the quick
+// or the full selection.
 struct Selection {
-  std::vector<std::string> isas;  // best first
-  std::vector<int> threads;       // 1 and all
+  std::vector<std::string> isas;
+  std::vector<int> threads;  // 1 and all
   bool full = false;
 };
 void RegisterLayerNormCases(const Selection& s);
 void RegisterBatchNormCases(const Selection& s);
+
+// Cases with nothing but ISA, threads, offset and group set: one for each of `isas` x
+// `threads` x kOffsets.
+std::vector<Case> Placements(const std::vector<std::string>& isas,
+                             const std::vector<int>& threads,
+                             const std::string& group = "");
 
 // Every registered case by benchmark name.
 std::map<std::string, Case>& Cases();
@@ -53,30 +68,47 @@ std::map<std::string, Case>& Cases();
 std::string Register(const std::string& name, const Case& c,
                      std::function<bool()> setup, std::function<void()> body);
 
+// "/offset:16/threads:2": the end of the name of a case with these arrays and threads.
+std::string Placement(size_t offset, int threads);
+
 // --nk_verify: runs every case's body once on a NaN-filled output and checks that it
-// wrote exactly its counted elements. Returns the number of failures.
+// wrote exactly its counted elements and nothing just after them. Returns the number
+// of failures.
 int VerifyCases();
 
-// The copy baseline for `bytes` counted bytes (bytes / 2 copied) with `threads`:
-// registered once; returns the name prefix shared by its two variants.
-std::string CopyFor(double bytes, int threads);
+// The copy baseline for `bytes` counted bytes (bytes / 2 copied) with `threads`, its
+// buffers at `offset`: registered once; returns the name suffix its two variants share.
+std::string CopyFor(double bytes, int threads, size_t offset);
 
-// A page-aligned, prefaulted buffer of n floats, one per (slot, n), kept for the run.
-float* Tensor(int slot, size_t n);
+// n floats `offset` bytes past a page boundary, one buffer per (slot, n) whatever the
+// offset (prefaulted, kept for the run), with at least 48 bytes after the n floats.
+float* Tensor(int slot, size_t n, size_t offset = 0);
 
-// Per-channel / per-column parameters (gamma near 1, beta, mean, var > 0), n floats.
-const float* Gamma(size_t n);
-const float* Beta(size_t n);
+// Per-channel / per-column parameters (gamma near 1, beta), n floats at `offset`.
+const float* Gamma(size_t n, size_t offset);
+const float* Beta(size_t n, size_t offset);
 
 // oneDNN's counterparts (bench/onednn.cc); "" when the suite was built without it.
-std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads);
+std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads, size_t offset);
 std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
-                            bool training, int threads);
+                            bool training, int threads, size_t offset);
+
+// oneDNN's ISA for cases of our `isa`: AVX3: avx512_core, AVX2: avx2, the others:
+// sse41, the lowest oneDNN has.
+std::string OneDnnCapFor(const std::string& isa);
+
+// Caps oneDNN at OneDnnCapFor(isa) before it creates anything; once a process.
+// Returns the ISA oneDNN then reports running ("" without oneDNN); exits with a
+// message if oneDNN refuses the cap or reports another ISA.
+std::string CapOneDnn(const std::string& isa);
 
 // Prints the table to stdout or, if `json_path` is not empty, writes the JSON summary
 // there: per case the median bytes/s over the repetitions and their coefficient of
-// variation (cv), the same of its copy baseline, and the ratios.
-std::unique_ptr<benchmark::BenchmarkReporter> MakeReporter(const std::string& json_path);
+// variation (cv), the same of its copy baseline and oneDNN, and the ratios. `isas`
+// are the process's ISAs, `onednn_isa` what CapOneDnn returned.
+std::unique_ptr<benchmark::BenchmarkReporter> MakeReporter(
+    const std::string& json_path, const std::vector<std::string>& isas,
+    const std::string& onednn_isa);
 
 }  // namespace nk_bench
 

@@ -2,18 +2,23 @@
 # SPDX-License-Identifier: Apache-2.0
 # bench.sh [--update-results[=DOC]] [--no-build] [--no-torch] [--out=DIR] [--full]
 #          [benchmark flags]
-# Sets up a fresh Debian machine, builds, and runs the benchmark suite: every kernel
-# under every ISA beside the copy baseline and oneDNN; then times PyTorch's operators
-# beside the library (bench/torch_compare.py). Prints both tables, with each case's
-# spread over its repetitions and a warning when the spreads say the machine was busy,
-# and writes them, the JSON and the plot to DIR (default $BUILD_DIR/bench-results;
-# relative paths start at the repository).
+# Sets up a fresh Debian machine, builds, and runs the benchmark suite: the kernels
+# under each ISA beside the copy baseline and oneDNN capped at the same ISA (one
+# process per ISA, as oneDNN's cap is set once per process), every array on a 64-byte
+# boundary and 16 bytes past one; then times PyTorch's operators beside the library
+# (bench/torch_compare.py). Prints both tables, with each case's spread over its
+# repetitions and a warning when the spreads say the machine was busy, and writes
+# them, the JSON and the plot to DIR (default $BUILD_DIR/bench-results; relative
+# paths start at the repository).
 # Tracked files change only with --update-results: results/ (JSON and plot) and the
 # results and PyTorch sections of DOC (default docs/performance.md).
-#   --full      every kernel x ISA x shape (the default is a quick selection)
+#   --full      every kernel x ISA x shape (the default is a quick selection: the
+#               cells of docs/performance.md's table at AVX3, AVX2 and SSE4, and the
+#               plot's size sweeps)
 #   --no-build  run the binary already built in $BUILD_DIR (no packages, no cmake)
 #   --no-torch  skip the PyTorch comparison
-# Other flags go to Google Benchmark, e.g. --benchmark_filter='^layernorm/AVX3/'.
+# Other flags go to Google Benchmark (in every process), e.g.
+# --benchmark_filter='^layernorm/'.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -42,16 +47,26 @@ if [ $setup = 1 ]; then
 fi
 mkdir -p "$out"
 echo "bench.sh: writing to $out"
-# Five repetitions of each case; the table uses the medians (this VM has minutes when
-# one run of a large copy takes many times its usual time) and shows their spread.
-# Repetitions of all cases run in random order, so that a case and its copy baseline
-# see the same drift of this machine's speed (a shared VM varies by 20-30% over
-# minutes).
-"$build"/bench/bench_normkernels --nk_json="$out/benchmark.json" \
-  --benchmark_min_time=0.05 --benchmark_repetitions=5 \
-  --benchmark_enable_random_interleaving=true \
-  --benchmark_display_aggregates_only=true "${flags[@]}"
-/usr/bin/python3 scripts/bench_report.py "$out/benchmark.json" "${update[@]}"
+bench=$build/bench/bench_normkernels
+full=()
+for arg in "${flags[@]}"; do [ "$arg" = --full ] && full=(--full); done
+# One process per oneDNN ISA (its ISAs on one line), each writing its part of the
+# JSON. Five repetitions of each case; the table uses the medians (this VM has minutes
+# when one run of a large copy takes many times its usual time) and shows their
+# spread. Repetitions of all cases of a process run in random order, so that a case
+# and its copy and oneDNN baselines see the same drift of this machine's speed (a
+# shared VM varies by 20-30% over minutes).
+parts=()
+for isas in $("$bench" --nk_processes "${full[@]}"); do
+  echo "bench.sh: $isas, oneDNN capped at the same ISA"
+  parts+=("$out/benchmark.${isas//,/-}.json")
+  "$bench" --nk_isas="$isas" --nk_json="${parts[-1]}" \
+    --benchmark_min_time=0.05 --benchmark_repetitions=5 \
+    --benchmark_enable_random_interleaving=true \
+    --benchmark_display_aggregates_only=true "${flags[@]}"
+done
+/usr/bin/python3 scripts/bench_report.py "$out/benchmark.json" --merge "${parts[@]}" \
+  "${update[@]}"
 if [ $torch = 1 ]; then
   # PyTorch's operators beside the library, per call from Python; glibc's mmap off, so
   # that PyTorch's fresh outputs reuse memory (as with the allocators it recommends)

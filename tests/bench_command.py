@@ -6,12 +6,15 @@ machine was busy, and changes tracked files only when asked to.
 
 report: scripts/bench_report.py on made-up runs: a quiet one gives no warning; one
    whose 2-thread case varied by 127% warns on stderr and above its table, which shows
-   the cv column; --update rewrites the given document's results section only and
-   keeps JSON and plot in the given directory; a document without markers is refused
-   before anything is written.
-run BUILD_DIR: scripts/bench.sh on one small shape (no build, no PyTorch) leaves every
-   tracked file as it was and writes its JSON and table to --out; with
-   --update-results on a document without markers it stops before measuring.
+   the cv column; --merge joins the JSON of two processes (AVX3 and AVX2), whose cells
+   stand side by side with the ISA oneDNN ran at; a JSON without ISAs and offsets (of
+   an older binary) is refused; --update rewrites the given document's results
+   section only and keeps JSON and plot in the given directory; a document without
+   markers is refused before anything is written.
+run BUILD_DIR: scripts/bench.sh on one small shape (no build, no PyTorch) runs one
+   process per oneDNN ISA, leaves every tracked file as it was and writes the merged
+   JSON, with each ISA at both offsets, and its table to --out; with --update-results
+   on a document without markers it stops before measuring.
 torch: bench/torch_compare.py --quick writes its table, with the cv columns, to --out
    and to --update's torch section only."""
 import hashlib
@@ -57,22 +60,47 @@ def run(args, expect=0, **kw):
     return r
 
 
-def case(name, threads, cv):
-    return {"name": name, "kernel": "layernorm", "shape": "1024x1024", "isa": "AVX3",
+def case(isa, threads, cv, onednn_isa="avx512_core"):
+    return {"name": f"layernorm/{isa}/1024x1024/offset:0/threads:{threads}",
+            "kernel": "layernorm", "shape": "1024x1024", "isa": isa, "offset": 0,
             "threads": threads, "group": f"layernorm 1024 cols, {threads} thread",
-            "bytes": 8 << 20, "bytes_per_second": 2e10, "copy_bytes_per_second": 3e10,
-            "onednn_bytes_per_second": 1e10, "x_copy": 2 / 3, "x_onednn": 2.0, "cv": cv,
-            "copy_cv": 0.01}
+            "main": True, "bytes": 8 << 20, "bytes_per_second": 2e10,
+            "copy_bytes_per_second": 3e10, "onednn_bytes_per_second": 1e10,
+            "x_copy": 2 / 3, "x_onednn": 2.0, "cv": cv, "copy_cv": 0.01,
+            "onednn_cv": 0.02, "onednn_isa": onednn_isa,
+            "onednn_impl": "simple_layer_normalization:any"}
 
 
-def made_up_run(path, cv_2_threads):
+def made_up_run(path, cv_2_threads, isa="AVX3", onednn_isa="avx512_core"):
     with open(path, "w") as f:
-        json.dump({"repetitions": 5, "cases": [
-            case("layernorm/AVX3/1024x1024/threads:1", 1, 0.02),
-            case("layernorm/AVX3/1024x1024/threads:2", 2, cv_2_threads)],
-            "baselines": [{"name": "copy_memcpy/floats:1048576/threads:1",
-                           "kernel": "copy_memcpy", "bytes_per_second": 3e10,
-                           "cv": 0.01}]}, f)
+        json.dump({"repetitions": 5, "isas": [isa], "onednn_isa": onednn_isa, "cases": [
+            case(isa, 1, 0.02, onednn_isa), case(isa, 2, cv_2_threads, onednn_isa)],
+            "baselines": [{"name": "copy_memcpy/floats:1048576/offset:0/threads:1",
+                           "kernel": "copy_memcpy", "process": isa,
+                           "bytes_per_second": 3e10, "cv": 0.01}]}, f)
+
+
+def check_merge(tmp, report):
+    parts = [os.path.join(tmp, name) for name in ("part3.json", "part2.json")]
+    made_up_run(parts[0], 0.03)
+    made_up_run(parts[1], 0.04, "AVX2", "avx2")
+    merged = os.path.join(tmp, "merged.json")
+    r = run(report + [merged, "--merge"] + parts)
+    with open(merged) as f:
+        data = json.load(f)
+    assert data["isas"] == ["AVX3", "AVX2"] and len(data["cases"]) == 4, data
+    assert [b["process"] for b in data["baselines"]] == ["AVX3", "AVX2"], data
+    assert "| kernel | shape | threads | offset | AVX3 (oneDNN avx512_core) | " \
+        "AVX2 (oneDNN avx2) |" in r.stdout, r.stdout
+    assert "| layernorm | 1024x1024 | 2 | 0 | 2.00 / 0.67 (3%) | 2.00 / 0.67 (4%) |" \
+        in r.stdout, r.stdout
+    assert "| layernorm | 1024x1024 | AVX2 | 0 | 2 | 20.0 | 4.0 | 0.67 | 2.00 | avx2 |" \
+        in r.stdout, r.stdout
+    del data["isas"]
+    with open(merged, "w") as f:
+        json.dump(data, f)
+    r = run(report + [merged], expect=1)
+    assert "has no ISAs and offsets" in r.stderr, r.stderr
 
 
 def check_report(tmp):
@@ -89,6 +117,7 @@ def check_report(tmp):
     assert "| GB/s | cv % |" in r.stdout and "| 20.0 | 127.0 |" in r.stdout, r.stdout
     with open(os.path.join(tmp, "busy.md")) as f:
         assert f.read().startswith(f"**{warning}")
+    check_merge(tmp, report)
 
     bare = os.path.join(tmp, "bare.md")
     with open(bare, "w") as f:
@@ -116,7 +145,8 @@ def check_report(tmp):
     section, tail = rest.split("<!-- results:end -->", 1)
     assert head + tail == DOC.format("results").replace(
         "<!-- results:begin old -->\nold\n<!-- results:end -->", ""), text
-    assert f"**{warning}" in section and "| 1024x1024 | 2 | 20.0 | 127.0 |" in section
+    assert f"**{warning}" in section and \
+        "| layernorm | 1024x1024 | 2 | 0 | 2.00 / 0.67 (127%) |" in section, section
     assert "](../kept/busy.png)" in section, section
 
 
@@ -136,14 +166,20 @@ def check_run(tmp, build):
     out = os.path.join(tmp, "out")
     r = run(bench + [f"--out={out}", "--benchmark_min_time=0.01",
                      "--benchmark_repetitions=3",
-                     "--benchmark_filter=^layernorm/[^/]+/64x1024/threads:1/|"
-                     "^copy_(memcpy|nt)/floats:65536/threads:1/"], env=env)
+                     "--benchmark_filter=/64x1024/offset:(0|16)/threads:1/|"
+                     "^copy_(memcpy|nt)/floats:65536/offset:(0|16)/threads:1/"], env=env)
     assert checksums(tracked) == sums, "a tracked file changed"
     assert f"bench.sh: results in {out}" in r.stdout, r.stdout
-    assert "| layernorm | 64x1024 |" in r.stdout and "| cv % |" in r.stdout, r.stdout
+    assert "| layernorm | 64x1024 | AVX3 | 16 | 1 |" in r.stdout, r.stdout
+    assert "| cv % |" in r.stdout, r.stdout
     with open(os.path.join(out, "benchmark.json")) as f:
         data = json.load(f)
-    assert data["repetitions"] == 3 and data["cases"], data
+    processes = [",".join(p["isas"]) for p in data["processes"]]
+    binary = os.path.join(build, "bench", "bench_normkernels")
+    assert processes == run([binary, "--nk_processes"]).stdout.split(), processes
+    got = sorted((c["isa"], c["offset"]) for c in data["cases"])
+    assert got == sorted((p, o) for p in processes for o in (0, 16)), got
+    assert data["repetitions"] == 3, data
     assert all(c["cv"] > 0 and c["copy_cv"] > 0 for c in data["cases"]), data
     assert os.path.exists(os.path.join(out, "benchmark.md"))
 
