@@ -83,9 +83,10 @@ HWY_INLINE void AffineSpan(const float* x, size_t n, const SpanAffine& a, bool s
   const size_t N = hn::Lanes(d);
   size_t i = 0;
   if (stream && reinterpret_cast<uintptr_t>(y) % sizeof(float) == 0) {
-    const hn::CappedTag<float, 1> d1;
-    for (const size_t head = HWY_MIN(HeadToAlign(d, y), n); i < head; ++i) store(d1, i);
-    for (; i + N <= n; i += N) hn::Stream(value(d, i), d, y + i);
+    const hn::CappedTag<float, 1> d1;  // whole lines streamed (sources-inl.h)
+    for (const size_t head = HWY_MIN(HeadToLine(y), n); i < head; ++i) store(d1, i);
+    const size_t lines_end = i + (n - i) / kLineFloats * kLineFloats;
+    for (; i + N <= lines_end; i += N) hn::Stream(value(d, i), d, y + i);
   }
   for (; i + 4 * N <= n; i += 4 * N) {
     store(d, i);
@@ -426,9 +427,12 @@ HWY_INLINE void AffineColumnBlocks(const Params& params, const float* x, size_t 
         AffineVector<kStream>(p3, x, y, i + 3 * N, ahead, end);
       }
     }
-    for (; j < c; j += N) {
-      const auto p0 = params.Load(j);
-      for (size_t r = r0; r < r1; ++r) AffineVector<kStream>(p0, x, y, r * c + j, ahead, end);
+    // The columns left (fewer than four vectors), row by row, so that each row's lines
+    // are filled by consecutive stores.
+    for (size_t r = r0; j < c && r < r1; ++r) {
+      for (size_t k = j; k < c; k += N) {
+        AffineVector<kStream>(params.Load(k), x, y, r * c + k, ahead, end);
+      }
     }
   }
 }
@@ -475,12 +479,13 @@ HWY_INLINE void AffineColumns(const float* x, size_t rows, size_t c,
     // parameters reloaded for every row, in some placements of the parameter arrays).
     // Wider rows go row by row (AffineRows).
     //
-    // Streamed (far larger than the cache; y aligned to the vector size): non-temporal
-    // stores, and each element asks for the one a block below it: with the subtract of
-    // training before the FMA, loads waiting on memory fill the FP scheduler and fewer
-    // of them are in flight (training of 256x256x14x14 0-10% faster with the
-    // read-ahead, in three A/B runs).
-    const bool nt = stream && reinterpret_cast<uintptr_t>(y) % (N * sizeof(float)) == 0;
+    // Streamed (far larger than the cache; y and every row on a cache line, so that
+    // the stores fill whole lines): non-temporal stores, and each element asks for the
+    // one a block below it: with the subtract of training before the FMA, loads
+    // waiting on memory fill the FP scheduler and fewer of them are in flight (training
+    // of 256x256x14x14 0-10% faster with the read-ahead, in three A/B runs).
+    const bool nt = stream && reinterpret_cast<uintptr_t>(y) % 64 == 0 &&
+                    c % kLineFloats == 0;
     const ColumnParams<kCenter, kScaled> p{scale, shift, rstd, mul, add};
     if (c * sizeof(float) >= (nt ? kRowsMinBytesStreamed : kRowsMinBytes)) {
       if (nt) {
@@ -523,20 +528,18 @@ HWY_INLINE void ColumnMapRows(const float* x, size_t rows, size_t c,
   }
 }
 
-// ColumnMapRows from y's first vector boundary on, where rows of c channels (c a
-// multiple of the vector size) are streamed to a y off that boundary (malloc's and
-// NumPy's 16 bytes), which would take regular stores (NHWC 256x256x14x14, 1 thread, y
-// at +16 B: inference 3.5 ms, training 5.9 ms, against 2.0 and 4.0 ms aligned). From
-// that boundary on, the elements are rows of c that start at channel `head`, mapped
-// with the parameters rotated by `head`; the first `head` and last c - head elements
-// take the unaligned path. The same operations per element, so the same bits.
+// ColumnMapRows from y's first cache line boundary on, where rows of c channels (c a
+// multiple of a line) are streamed to a y off that boundary (malloc's and NumPy's 16
+// bytes), which would take regular stores (NHWC 256x256x14x14, 1 thread, y at +16 B:
+// inference 3.5 ms, training 5.9 ms, against 2.0 and 4.0 ms aligned). From that
+// boundary on, the elements are rows of c that start at channel `head`, mapped with
+// the parameters rotated by `head`; the first `head` and last c - head elements take
+// the unaligned path. The same operations per element, so the same bits.
 HWY_INLINE void ColumnApplyRows(const float* x, size_t rows, size_t c,
                                 const ColumnAffine& a, bool stream, float* y) {
-  const hn::ScalableTag<float> d;
-  const bool peel = stream && rows >= 2 && c % hn::Lanes(d) == 0;
-  const size_t head = peel ? HeadToAlign(d, y) : 0;
+  const bool peel = stream && rows >= 2 && c % kLineFloats == 0;
+  const size_t head = peel ? HeadToLine(y) : 0;
   if (head == 0) return ColumnMapRows(x, rows, c, a, stream, y);
-  constexpr size_t kLineFloats = 64 / sizeof(float);
   thread_local std::vector<float> buffer;  // the rotated parameters, from a line on
   try {
     if (buffer.size() < 5 * c + kLineFloats) buffer.resize(5 * c + kLineFloats);

@@ -164,31 +164,37 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
   const size_t N = hn::Lanes(d);
   size_t i = c0;
   size_t end = c0 + n;
-  // With align_y (or streaming, whose non-temporal stores need it), stores from y's
-  // first vector boundary on: y at malloc's or NumPy's 16 bytes would split every
-  // vector store across two lines. (LayerNorm with every tensor at +16 bytes, 1
-  // thread, best of 60 in one process: 1024x1024 4-9% faster, 16x4096 15-22%,
-  // 64x1024 6-13%, 768 and 1536 columns within 3%; aligned tensors unchanged. With x
-  // aligned and y not, it split the loads instead: 0-5% slower, hence align_y.) The
-  // span's first and last vectors are computed before the aligned ones between them
-  // are stored (y may be x), and stored last over elements that get the same values
-  // again.
-  const size_t head = (align_y || stream) && n >= 2 * N ? HeadToAlign(d, y + c0) : 0;
+  if (stream && reinterpret_cast<uintptr_t>(y) % sizeof(float) == 0 &&
+      n >= 2 * kLineFloats) {
+    // Streamed while the next row is asked for, from y's first line boundary on
+    // (StreamLead); the elements before it and after the last streamed vector take
+    // regular stores that touch no streamed line.
+    const size_t unit = StreamUnit(d, y + c0);
+    i += StreamLead(d, y + c0);
+    const size_t lines_end = i + (end - i) / unit * unit;
+    StoreWithin(d, normalized, c0, i, end, y);
+    for (; i + N <= lines_end; i += N) {
+      if (prefetch != nullptr) hwy::Prefetch(prefetch + i);
+      hn::Stream(normalized(d, i), d, y + i);
+    }
+    StoreWithin(d, normalized, lines_end, end, end, y);
+    return;
+  }
+  // With align_y, stores from y's first vector boundary on: y at malloc's or NumPy's
+  // 16 bytes would split every vector store across two lines. (LayerNorm with every
+  // tensor at +16 bytes, 1 thread, best of 60 in one process: 1024x1024 4-9% faster,
+  // 16x4096 15-22%, 64x1024 6-13%, 768 and 1536 columns within 3%; aligned tensors
+  // unchanged. With x aligned and y not, it split the loads instead: 0-5% slower,
+  // hence align_y.) The span's first and last vectors are computed before the aligned
+  // ones between them are stored (y may be x), and stored last over elements that get
+  // the same values again.
+  const size_t head = align_y && n >= 2 * N ? HeadToAlign(d, y + c0) : 0;
   hn::Vec<decltype(d)> first, last;
   if (head != 0) {
     first = normalized(d, c0);
     last = normalized(d, end - N);
     i += head;
     end = i + (end - i) / N * N;
-  }
-  if (stream && reinterpret_cast<uintptr_t>(y + i) % (N * sizeof(float)) == 0) {
-    if (prefetch != nullptr) {
-      for (; i + N <= end; i += N) {
-        hwy::Prefetch(prefetch + i);
-        hn::Stream(normalized(d, i), d, y + i);
-      }
-    }
-    for (; i + N <= end; i += N) hn::Stream(normalized(d, i), d, y + i);
   }
   for (; i + 4 * N <= end; i += 4 * N) {  // unrolled: loop overhead is a third otherwise
     hwy::Prefetch(reinterpret_cast<const char*>(y + i) + kWriteAheadBytes);
@@ -342,14 +348,38 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
             y + k * ldy + i);
     }
   };
-  // As NormalizeSpan, with align_y (or streaming, whose non-temporal stores need it),
-  // stores from y's first vector boundary on, the same in every row (cols and ldy
-  // multiples of N): each row's first and last vectors are computed first and stored
-  // last.
-  const size_t head =
-      (job.align_y || stream) && cols % N == 0 && ldy % N == 0 && cols >= 2 * N
-          ? HeadToAlign(d, y)
-          : 0;
+  if (stream) {
+    // Streamed from where StreamLead says (sources-inl.h), the same in every row (cols
+    // and ldy whole lines, as RowsT checks); the elements before it and after the last
+    // streamed vector take regular stores that touch no streamed line.
+    const size_t unit = StreamUnit(d, y);
+    const size_t lead = StreamLead(d, y);
+    const size_t lines_end = lead + (cols - lead) / unit * unit;
+    const auto ends = [&](size_t begin, size_t end) HWY_ATTR {
+      for (size_t k = 0; k < kGroupRows; ++k) {
+        const Normalized<kCenter, kGamma, kBeta, Src> value{src[k], gamma, beta,
+                                                            st[k].mean, st[k].rstd};
+        StoreWithin(d, value, begin, end, cols, y + k * ldy);
+      }
+    };
+    ends(0, lead);
+    for (size_t i = lead; i + N <= lines_end; i += N) {
+      for (size_t k = 0; k < ahead_rows; ++k) {  // the same column of the next rows
+        const size_t row = r + kGroupRows + k;
+        hwy::Prefetch(job.x + row * job.ldx + i);
+        if (job.residual != nullptr) hwy::Prefetch(job.residual + row * job.ldr + i);
+      }
+      vector(i, [&](V v, size_t, float* p) HWY_ATTR { hn::Stream(v, d, p); });
+    }
+    ends(lines_end, cols);
+    return;
+  }
+  // As NormalizeSpan, with align_y, stores from y's first vector boundary on, the same
+  // in every row (cols and ldy multiples of N): each row's first and last vectors are
+  // computed first and stored last.
+  const size_t head = job.align_y && cols % N == 0 && ldy % N == 0 && cols >= 2 * N
+                          ? HeadToAlign(d, y)
+                          : 0;
   V first[kGroupRows], last[kGroupRows];
   if (head != 0) {
     vector(0, [&](V v, size_t k, float*) HWY_ATTR { first[k] = v; });
@@ -358,16 +388,7 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
   // The aligned vectors: [head, body_end).
   const size_t body_end = head != 0 ? cols - N + head : cols - cols % N;
   size_t i = head;
-  if (stream) {
-    for (; i + N <= body_end; i += N) {
-      for (size_t k = 0; k < ahead_rows; ++k) {  // the same column of the next rows
-        const size_t row = r + kGroupRows + k;
-        hwy::Prefetch(job.x + row * job.ldx + i);
-        if (job.residual != nullptr) hwy::Prefetch(job.residual + row * job.ldr + i);
-      }
-      vector(i, [&](V v, size_t, float* p) HWY_ATTR { hn::Stream(v, d, p); });
-    }
-  } else if (cols * sizeof(float) * kGroupRows <= kGroupL1Bytes) {
+  if (cols * sizeof(float) * kGroupRows <= kGroupL1Bytes) {
     // As NormalizeSpan, each row's y line every four vectors, while the group's x is in
     // L1; once it comes from L2 the requests cost more than they save (4 MiB, 4096 and
     // 8192 columns, 1 thread, A/B in the benchmark: 2-4% faster without).
@@ -464,16 +485,14 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
     if (job.rstd != nullptr) job.rstd[r] = st.rstd_out;
   };
   const size_t ahead = job.stream ? kReadAheadBytes : kCacheAheadBytes;
-  // Groups stream y where every row of it lies at the same offset from a vector
-  // boundary, peeled to it (NormalizeGroup); other streamed rows go one at a time,
-  // each peeled to alignment (NormalizeSpan). Rows one at a time were twice as slow
+  // Groups stream y where every row of it lies at the same offset from a cache line,
+  // streamed from its line boundary on (NormalizeGroup); other streamed rows go one at
+  // a time, each from its own (NormalizeSpan). Rows one at a time were twice as slow
   // for y at malloc's and NumPy's 16 bytes (LayerNorm, 1 thread: 2048x4096 3.5 ms
   // against 1.7 ms aligned, 16384x1024 8.2 ms against 4.4 ms).
-  const size_t N = hn::Lanes(d);
   const uintptr_t y_addr = reinterpret_cast<uintptr_t>(job.y);
-  const bool rows_alike = y_addr % sizeof(float) == 0 && cols % N == 0 &&
-                          job.ldy % N == 0 &&
-                          (y_addr % (N * sizeof(float)) == 0 || cols >= 2 * N);
+  const bool rows_alike = y_addr % sizeof(float) == 0 && cols % kLineFloats == 0 &&
+                          job.ldy % kLineFloats == 0;
   size_t r = r0;
   if (cols <= kChunk && (!job.stream || rows_alike)) {  // kGroupRows at a time
     for (; r + kGroupRows <= r1; r += kGroupRows) {

@@ -232,9 +232,10 @@ HWY_NOINLINE void FinishShortRows(const RowNormJob& job, size_t r, uint32_t bad,
 template <size_t kVecs, bool kCenter, class Src>
 void ShortRowsLoop(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
   constexpr size_t kRows = kVecs >= 8 ? 16 / kVecs : 4;
-  const size_t bytes = hn::Lanes(hn::ScalableTag<float>()) * sizeof(float);
-  const bool stream = job.stream && reinterpret_cast<uintptr_t>(job.y) % bytes == 0 &&
-                      job.ldy * sizeof(float) % bytes == 0;
+  // Streamed where every row of y starts a cache line, so that the stores fill whole
+  // lines (sources-inl.h).
+  const bool stream = job.stream && reinterpret_cast<uintptr_t>(job.y) % 64 == 0 &&
+                      job.ldy % kLineFloats == 0;
   Moments bad_moments[kRows];
   size_t r = r0;
   for (; r + kRows <= r1; r += kRows) {
