@@ -172,12 +172,12 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
     const size_t unit = StreamUnit(d, y + c0);
     i += StreamLead(d, y + c0);
     const size_t lines_end = i + (end - i) / unit * unit;
-    StoreWithin(d, normalized, c0, i, end, y);
+    StoreWithin(d, normalized, c0, i, y);
     for (; i + N <= lines_end; i += N) {
       if (prefetch != nullptr) hwy::Prefetch(prefetch + i);
       hn::Stream(normalized(d, i), d, y + i);
     }
-    StoreWithin(d, normalized, lines_end, end, end, y);
+    StoreWithin(d, normalized, lines_end, end, y);
     return;
   }
   // With align_y, stores from y's first vector boundary on: y at malloc's or NumPy's
@@ -359,7 +359,7 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
       for (size_t k = 0; k < kGroupRows; ++k) {
         const Normalized<kCenter, kGamma, kBeta, Src> value{src[k], gamma, beta,
                                                             st[k].mean, st[k].rstd};
-        StoreWithin(d, value, begin, end, cols, y + k * ldy);
+        StoreWithin(d, value, begin, end, y + k * ldy);
       }
     };
     ends(0, lead);

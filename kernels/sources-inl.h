@@ -187,30 +187,18 @@ HWY_INLINE size_t StreamUnit(D d, const float* y) {
 }
 
 // y[i] = value(d, i) for i in [begin, end) with regular stores that write no element
-// outside it (the lines around it are streamed): whole vectors, then the rest in one
-// masked store on AVX-512 (from a vector loaded at `begin` when it fits before
-// `limit`, else at end - Lanes(d), which the caller keeps inside its span), and lane
-// by lane elsewhere: AVX2's masked store (vmaskmovps) is slow on AMD (LayerNorm of
-// 65536x256 at +16 bytes, 1 thread: 0.37x of a copy with it, 0.50-0.61x without).
+// outside it (the lines around it are streamed): whole vectors, then lane by lane.
+// Masked stores were slower on this AMD CPU, AVX2's and AVX-512's alike (LayerNorm at
+// +16 bytes, 1 thread, ratio to a copy: 65536x256 at AVX2 0.37 against 0.50-0.61 lane
+// by lane; 16384x1024 at AVX3 0.82 against 1.02).
 template <class D, class Value>
 HWY_INLINE void StoreWithin(D d, const Value& value, size_t begin, size_t end,
-                            size_t limit, float* y) {
+                            float* y) {
   const size_t N = hn::Lanes(d);
   size_t i = begin;
   for (; i + N <= end; i += N) hn::StoreU(value(d, i), d, y + i);
-  if (i == end) return;
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-  if (i + N <= limit) {
-    hn::BlendedStore(value(d, i), hn::FirstN(d, end - i), d, y + i);
-  } else {
-    const size_t j = end - N;
-    hn::BlendedStore(value(d, j), hn::Not(hn::FirstN(d, i - j)), d, y + j);
-  }
-#else
-  (void)limit;
   const hn::CappedTag<float, 1> d1;
   for (; i < end; ++i) hn::StoreU(value(d1, i), d1, y + i);
-#endif
 }
 
 }  // namespace HWY_NAMESPACE
