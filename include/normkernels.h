@@ -146,7 +146,8 @@ NK_API nk_status nk_set_num_threads(int n);
    child would wait for the parent's threads forever (as PyTorch's own kernels do). So
    after fork() the child runs kernels on one thread (same bits) until it calls
    nk_set_num_threads itself; the parent keeps its setting. DataLoader and
-   multiprocessing workers need nothing more. */
+   multiprocessing workers need nothing more. (A count above 1 set in such a child
+   would hang there too, if the parent had run parallel regions: libgomp's limit.) */
 
 /* ---------------------------------------------------------------- LayerNorm family */
 

@@ -312,7 +312,7 @@ HWY_INLINE void FinalizeGroup(const Moments (&m)[kGroupRows], float eps,
 // operations per element as NormalizeSpan, so the same bits.
 //
 // With `stream` (outputs far larger than the cache; every row of y at one offset from a
-// vector boundary, peeled to it as with align_y), y is written with non-temporal stores
+// cache line, streamed from where StreamLead says), y is written with non-temporal stores
 // while the next group's rows (up to row next_end) of x (and residual) are asked for, a
 // line of each row per column: memory reads the next group while this one is written, as
 // in a copy, and the next group's statistics find it in the cache. LayerNorm of 64 MiB,

@@ -187,18 +187,15 @@ HWY_INLINE size_t StreamUnit(D d, const float* y) {
 }
 
 // y[i] = value(d, i) for i in [begin, end) with regular stores that write no element
-// outside it (the lines around it are streamed): whole vectors, then lane by lane.
-// Masked stores were slower on this AMD CPU, AVX2's and AVX-512's alike (LayerNorm at
-// +16 bytes, 1 thread, ratio to a copy: 65536x256 at AVX2 0.37 against 0.50-0.61 lane
-// by lane; 16384x1024 at AVX3 0.82 against 1.02).
+// outside it (the lines around it are streamed): whole vectors, then lane by lane
+// (ForEachVector). Masked stores were slower on this AMD CPU, AVX2's and AVX-512's
+// alike (LayerNorm at +16 bytes, 1 thread, ratio to a copy: 65536x256 at AVX2 0.37
+// against 0.50-0.61 lane by lane; 16384x1024 at AVX3 0.82 against 1.02).
 template <class D, class Value>
 HWY_INLINE void StoreWithin(D d, const Value& value, size_t begin, size_t end,
                             float* y) {
-  const size_t N = hn::Lanes(d);
-  size_t i = begin;
-  for (; i + N <= end; i += N) hn::StoreU(value(d, i), d, y + i);
-  const hn::CappedTag<float, 1> d1;
-  for (; i < end; ++i) hn::StoreU(value(d1, i), d1, y + i);
+  ForEachVector(d, begin, end,
+                [&](auto dv, size_t i) HWY_ATTR { hn::StoreU(value(dv, i), dv, y + i); });
 }
 
 }  // namespace HWY_NAMESPACE
