@@ -484,7 +484,7 @@ HWY_INLINE void AffineColumns(const float* x, size_t rows, size_t c,
     // one a block below it: with the subtract of training before the FMA, loads
     // waiting on memory fill the FP scheduler and fewer of them are in flight (training
     // of 256x256x14x14 0-10% faster with the read-ahead, in three A/B runs).
-    const bool nt = stream && reinterpret_cast<uintptr_t>(y) % 64 == 0 &&
+    const bool nt = stream && reinterpret_cast<uintptr_t>(y) % kLineBytes == 0 &&
                     c % kLineFloats == 0;
     const ColumnParams<kCenter, kScaled> p{scale, shift, rstd, mul, add};
     if (c * sizeof(float) >= (nt ? kRowsMinBytesStreamed : kRowsMinBytes)) {
@@ -546,8 +546,7 @@ HWY_INLINE void ColumnApplyRows(const float* x, size_t rows, size_t c,
   } catch (const std::bad_alloc&) {
     return ColumnMapRows(x, rows, c, a, stream, y);  // only slower
   }
-  const uintptr_t base = reinterpret_cast<uintptr_t>(buffer.data());
-  float* rotated = buffer.data() + (64 - base % 64) % 64 / sizeof(float);
+  float* rotated = buffer.data() + HeadToLine(buffer.data());
   const float* in[5] = {a.scale, a.shift, a.rstd, a.mul, a.add};
   const float* from_head[5];
   const float* turned[5];

@@ -234,7 +234,8 @@ void ShortRowsLoop(const RowNormJob& job, const Src& src0, size_t r0, size_t r1)
   constexpr size_t kRows = kVecs >= 8 ? 16 / kVecs : 4;
   // Streamed where every row of y starts a cache line, so that the stores fill whole
   // lines (sources-inl.h).
-  const bool stream = job.stream && reinterpret_cast<uintptr_t>(job.y) % 64 == 0 &&
+  const bool stream = job.stream &&
+                      reinterpret_cast<uintptr_t>(job.y) % kLineBytes == 0 &&
                       job.ldy % kLineFloats == 0 && job.cols % kLineFloats == 0;
   Moments bad_moments[kRows];
   size_t r = r0;

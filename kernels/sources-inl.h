@@ -162,14 +162,15 @@ HWY_INLINE size_t HeadToAlign(D d, const float* y) {
 // line, 16 bytes off a line, 1 thread: channels-last BatchNorm of 32x64x56x56 streamed
 // from y's first vector boundary on ran at 0.05x of a copy; LayerNorm of 65536x256 at
 // 0.4x). So streaming starts at a line boundary.
-constexpr size_t kLineFloats = 64 / sizeof(float);
+constexpr size_t kLineBytes = 64;
+constexpr size_t kLineFloats = kLineBytes / sizeof(float);
 
 // The elements of y before its first cache line boundary (0 for y that is not even
 // float-aligned: it is not streamed).
 HWY_INLINE size_t HeadToLine(const float* y) {
   const uintptr_t addr = reinterpret_cast<uintptr_t>(y);
   if (addr % sizeof(float) != 0) return 0;
-  return (64 - addr % 64) % 64 / sizeof(float);
+  return (kLineBytes - addr % kLineBytes) % kLineBytes / sizeof(float);
 }
 
 // Where a streamed span of y starts: its first vector boundary where that is y itself

@@ -134,7 +134,7 @@ struct Runs {
       : begin(reinterpret_cast<uintptr_t>(b.data)), bytes(b.bytes), rows(b.rows),
         stride(b.stride) {
     if (rows <= 1 || stride == bytes) {
-      bytes *= rows == 0 ? 1 : rows;
+      bytes *= rows;  // NoOverlap skips buffers of no rows
       rows = 1;
       stride = bytes;
     }

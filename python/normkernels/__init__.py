@@ -277,9 +277,7 @@ def _bn_shape(x, channels_last):
 
 def _channel_vector(a, name, c, writable=False):
     a = _array(a, name, (c,))
-    if writable and a is not None and not a.flags.writeable:
-        raise ValueError(f"{name} is read-only")
-    return a
+    return _writable(a, name) if writable else a
 
 
 def _batches_tracked(counter):

@@ -141,8 +141,8 @@ def row_stride(a, name, lead_ndim, cols, output=False):
     dense, the leading axes one stride of a row or more apart: x[:, :64] of a wider
     buffer, one head of a [tokens][heads][dim] array). Other layouts are refused,
     saying what to give instead."""
-    if output and not a.flags.writeable:
-        raise ValueError(f"{name} is read-only")
+    if output:
+        writable(a, name)
     if a.flags.c_contiguous:
         return cols
     shape, strides = a.shape, a.strides
