@@ -211,6 +211,57 @@ NK_API nk_status nk_add_rmsnorm_forward_strided_f32(
     size_t ldr, const float* gamma, float eps, float* sum, size_t lds, float* y,
     size_t ldy, float* rrms);
 
+/* Backward of the four forwards, for training: mean and rstd (rrms) are the forward's
+   saved statistics (required), taken as exact. With x_hat = (x - mean) * rstd
+   (RMSNorm: x * rrms) recomputed from x, and a = gamma * dy (gamma NULL = ones):
+     dx = rstd * (a - mean(a) - x_hat * mean(a * x_hat))   (RMSNorm: no mean(a) term)
+     dgamma = sum over rows of dy * x_hat,  dbeta = sum over rows of dy
+   as torch.nn.LayerNorm's autograd gives. dgamma and dbeta ([cols] each, or NULL: not
+   wanted) are overwritten, not accumulated. dx may be dy exactly (in place); nothing
+   else may overlap an output. The row sums and the sums over rows are pairwise trees
+   (the bound of design.md), in a fixed order: the same bits for any thread count. */
+NK_API nk_status nk_layernorm_backward_f32(size_t rows, size_t cols, const float* x,
+                                           const float* dy, const float* mean,
+                                           const float* rstd, const float* gamma,
+                                           float* dx, float* dgamma, float* dbeta);
+NK_API nk_status nk_rmsnorm_backward_f32(size_t rows, size_t cols, const float* x,
+                                         const float* dy, const float* rrms,
+                                         const float* gamma, float* dx, float* dgamma);
+/* Backward of the fused residual step, from the forward's saved sum s = x + residual:
+   dx = norm_backward(dy) + dsum, where dsum (or NULL = 0) is the gradient that
+   reached `sum` from its later uses (the residual stream); dx is the gradient of both
+   x and residual. dx may be dy or dsum exactly. */
+NK_API nk_status nk_add_layernorm_backward_f32(size_t rows, size_t cols, const float* sum,
+                                               const float* dy, const float* dsum,
+                                               const float* mean, const float* rstd,
+                                               const float* gamma, float* dx,
+                                               float* dgamma, float* dbeta);
+NK_API nk_status nk_add_rmsnorm_backward_f32(size_t rows, size_t cols, const float* sum,
+                                             const float* dy, const float* dsum,
+                                             const float* rrms, const float* gamma,
+                                             float* dx, float* dgamma);
+/* The backward's row-strided forms, as the forwards' (a stride after each row-major
+   tensor: x or sum, dy, dsum, dx); the contiguous forms give the same bits. */
+NK_API nk_status nk_layernorm_backward_strided_f32(size_t rows, size_t cols,
+                                                   const float* x, size_t ldx,
+                                                   const float* dy, size_t lddy,
+                                                   const float* mean, const float* rstd,
+                                                   const float* gamma, float* dx,
+                                                   size_t lddx, float* dgamma,
+                                                   float* dbeta);
+NK_API nk_status nk_rmsnorm_backward_strided_f32(size_t rows, size_t cols, const float* x,
+                                                 size_t ldx, const float* dy, size_t lddy,
+                                                 const float* rrms, const float* gamma,
+                                                 float* dx, size_t lddx, float* dgamma);
+NK_API nk_status nk_add_layernorm_backward_strided_f32(
+    size_t rows, size_t cols, const float* sum, size_t lds, const float* dy, size_t lddy,
+    const float* dsum, size_t ldds, const float* mean, const float* rstd,
+    const float* gamma, float* dx, size_t lddx, float* dgamma, float* dbeta);
+NK_API nk_status nk_add_rmsnorm_backward_strided_f32(
+    size_t rows, size_t cols, const float* sum, size_t lds, const float* dy, size_t lddy,
+    const float* dsum, size_t ldds, const float* rrms, const float* gamma, float* dx,
+    size_t lddx, float* dgamma);
+
 /* ---------------------------------------------------------------- BatchNorm */
 
 /* BatchNorm statistics are per channel, over the n * spatial values of that channel:

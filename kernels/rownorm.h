@@ -31,6 +31,29 @@ struct RowNormJob {
                             // AlignY in layernorm.cc)
 };
 
+// One validated backward call. Row r of x (the fused forms' saved sum) is at
+// x + r * ldx, likewise dy, dsum and dx; dx may be dy or dsum.
+struct RowGradJob {
+  const char* function;
+  bool center;              // LayerNorm; false: RMSNorm (mean is not read)
+  size_t rows, cols;
+  const float* x;           // x, or the fused forms' saved sum
+  const float* dy;
+  const float* dsum;        // fused forms: added to dx, or nullptr
+  const float* mean;        // [rows]
+  const float* rstd;        // [rows], rrms for RMSNorm
+  const float* gamma;       // [cols], never nullptr (ones where the caller gave none)
+  float* dx;
+  size_t ldx, lddy, ldds, lddx;  // row strides (elements)
+  bool stream;              // write dx with non-temporal stores
+};
+
+// The two sums of a row's backward (or of a chunk of the row): sum of a = gamma * dy
+// and of a * x_hat.
+struct GradSums {
+  float a, a_xhat;
+};
+
 // What one Highway target provides. The op layer (layernorm.cc) partitions the work
 // and calls these; every function is thread-safe on disjoint rows or chunks.
 struct RowNormKernels {
@@ -45,6 +68,14 @@ struct RowNormKernels {
   // Writes y for elements [c0, c0 + n) of a row.
   void (*apply)(const RowNormJob& job, size_t row, size_t c0, size_t n,
                 const SetStats& stats);
+  // GradSums of elements [c0, c0 + n) of a row (rows longer than kChunk).
+  GradSums (*grad_sums)(const RowGradJob& job, size_t row, size_t c0, size_t n);
+  // dx of rows [r0, r1) over columns [c0, c0 + n), and the sums over those rows, in
+  // row order, of dy * x_hat and dy into dgamma[0, n) and dbeta[0, n) (overwritten).
+  // `sums` holds each row's GradSums over all columns (indexed by row), or is nullptr
+  // where n == cols and they are taken here.
+  void (*grad_rows)(const RowGradJob& job, size_t r0, size_t r1, size_t c0, size_t n,
+                    const GradSums* sums, float* dgamma, float* dbeta);
   // The target's vector size in bytes (its loads and stores are whole at multiples).
   size_t vector_bytes;
 };

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// rownorm_f32.cc: the fp32 LayerNorm-family kernels, compiled once per Highway target.
-// Rows of a few whole vectors take the register path (shortrow-inl.h).
+// rownorm_f32.cc: the fp32 LayerNorm-family kernels, forward and backward, compiled once
+// per Highway target. Rows of a few whole vectors take the register path
+// (shortrow-inl.h).
 #include "kernels/rownorm.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -9,6 +10,7 @@
 #include "hwy/highway.h"
 #include "kernels/dispatch.h"
 #include "kernels/rownorm-inl.h"
+#include "kernels/rownorm_backward-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace nk {
@@ -51,8 +53,24 @@ void Rows(const RowNormJob& job, size_t r0, size_t r1) {
   if (job.stream) hwy::FlushStream();
 }
 
+GradSums RowGradChunkSums(const RowGradJob& job, size_t row, size_t c0, size_t n) {
+  const size_t ahead = job.stream ? kReadAheadBytes : kCacheAheadBytes;
+  return job.center ? RowGradSums<true>(GradRowOf<true>(job, row), c0, n, ahead)
+                    : RowGradSums<false>(GradRowOf<false>(job, row), c0, n, ahead);
+}
+
+void GradRows(const RowGradJob& job, size_t r0, size_t r1, size_t c0, size_t n,
+              const GradSums* sums, float* dgamma, float* dbeta) {
+  VisitGradVariant(job, dgamma != nullptr, [&](auto center, auto params, auto dsum)
+                                               HWY_ATTR {
+    GradRowsT<decltype(center)::value, decltype(params)::value, decltype(dsum)::value>(
+        job, r0, r1, c0, n, sums, dgamma, dbeta);
+  });
+  if (job.stream) hwy::FlushStream();
+}
+
 extern const RowNormKernels kRowNormKernels = {
-    &Rows, &RowChunkMoments, &RowMaxAbs, &RowApply,
+    &Rows, &RowChunkMoments, &RowMaxAbs, &RowApply, &RowGradChunkSums, &GradRows,
     hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(float)};
 
 }  // namespace HWY_NAMESPACE

@@ -96,6 +96,57 @@ inline bool MeetsStat(float got, long double want, long double bound) {
   return Meets(got, want, bound);
 }
 
+// What one row's backward should give, in long double (design.md, Numerics: Backward),
+// from the saved statistics taken as exact: dx, and the row's terms of dgamma
+// (dy * x_hat) and dbeta (dy) with their absolute values for the bounds.
+struct RowGradRef {
+  std::vector<long double> dx, dx_bound, dgamma_term;
+  long double r = 0;
+};
+
+// x: the row (the fused forms' sum); mean ignored for RMSNorm (center false); gamma and
+// dsum may be nullptr (ones, zeros).
+inline RowGradRef ReferenceRowGrad(bool center, size_t n, const float* x, const float* dy,
+                                   const float* dsum, float mean, float rstd,
+                                   const float* gamma) {
+  RowGradRef g;
+  const long double m = center ? mean : 0.0L;
+  const long double r = rstd;
+  std::vector<long double> xhat(n), a(n);
+  long double sum_a = 0, sum_axh = 0, abs_a = 0, abs_axh = 0;
+  for (size_t i = 0; i < n; ++i) {
+    xhat[i] = (x[i] - m) * r;
+    a[i] = (gamma ? gamma[i] : 1.0L) * dy[i];
+    sum_a += a[i];
+    sum_axh += a[i] * xhat[i];
+    abs_a += std::fabs(a[i]);
+    abs_axh += std::fabs(a[i] * xhat[i]);
+  }
+  const long double mean_a = center ? sum_a / n : 0.0L;
+  const long double mean_axh = sum_axh / n;
+  g.r = r;
+  g.dx.resize(n);
+  g.dx_bound.resize(n);
+  g.dgamma_term.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const long double ds = dsum ? dsum[i] : 0.0L;
+    g.dx[i] = r * (a[i] - mean_a - xhat[i] * mean_axh) + ds;
+    g.dx_bound[i] = 8 * kU * Lg(n) * std::fabs(r) *
+                        (std::fabs(a[i]) + abs_a / n + std::fabs(xhat[i]) * abs_axh / n) +
+                    kU * std::fabs(ds) + 1e-30L;
+    g.dgamma_term[i] = dy[i] * xhat[i];
+  }
+  return g;
+}
+
+// The parameter gradients' bounds over R rows, from the sums of |terms|.
+inline long double BoundDgamma(size_t rows, long double abs_sum) {
+  return 8 * kU * Lg(rows) * abs_sum + 1e-30L;
+}
+inline long double BoundDbeta(size_t rows, long double abs_sum) {
+  return 4 * kU * Lg(rows) * abs_sum + 1e-30L;
+}
+
 }  // namespace nk_test
 
 #endif  // NK_TESTS_REFERENCE_H_

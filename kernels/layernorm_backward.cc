@@ -1,0 +1,114 @@
+// SPDX-License-Identifier: Apache-2.0
+// layernorm_backward.cc: the LayerNorm family's backward op layer. Rows go in parts of
+// a size fixed by the shape alone; each part sums its rows' dy * x_hat and dy in row
+// order, and the parts' sums are added in a fixed pairwise tree, so dgamma and dbeta
+// have the same bits for any thread count. Rows longer than kChunk go in chunks.
+#include <algorithm>
+#include <new>
+#include <vector>
+
+#include "kernels/dispatch.h"
+#include "kernels/errors.h"
+#include "kernels/layernorm.h"
+#include "kernels/moments.h"
+#include "kernels/parallel.h"
+
+namespace nk {
+namespace {
+
+// Rows per part. A part's chain of adds (at most PartRows - 1 roundings) and the
+// tree over parts (ceil(log2 parts)) stay within design.md's 4 u lgR on dbeta for
+// every count R of rows; smaller parts where few rows would leave threads idle.
+size_t PartRows(size_t rows) { return rows >= 64 ? 16 : 4; }
+
+// GradSums of a row from its chunks', added pairwise in a fixed order.
+GradSums MergeChunks(const GradSums* s, size_t lo, size_t hi) {
+  if (hi - lo == 1) return s[lo];
+  const size_t mid = lo + (hi - lo) / 2;
+  const GradSums a = MergeChunks(s, lo, mid), b = MergeChunks(s, mid, hi);
+  return {a.a + b.a, a.a_xhat + b.a_xhat};
+}
+
+// partial[p * cols + j] over parts p, added pairwise in place (part p takes part
+// p + s at s = 1, 2, 4, ...), into out[j] (nullptr: not wanted); columns split among
+// threads.
+void MergeParts(int threads, float* partial, size_t parts, size_t cols, float* out) {
+  constexpr size_t kColumns = 1024;
+  const size_t blocks = (cols + kColumns - 1) / kColumns;
+  ParallelFor(threads, blocks, [&](size_t b) {
+    const size_t j0 = b * kColumns, j1 = std::min(cols, j0 + kColumns);
+    for (size_t s = 1; s < parts; s *= 2) {
+      for (size_t p = 0; p + s < parts; p += 2 * s) {
+        float* to = partial + p * cols;
+        const float* from = partial + (p + s) * cols;
+        for (size_t j = j0; j < j1; ++j) to[j] += from[j];
+      }
+    }
+    if (out != nullptr) std::copy(partial + j0, partial + j1, out + j0);
+  });
+}
+
+}  // namespace
+
+nk_status RunRowNormBackward(RowGradJob job, float* dgamma, float* dbeta) {
+  const RowNormKernels& k = RowNormKernelsFor(CurrentTarget());
+  const size_t rows = job.rows, cols = job.cols;
+  const size_t elements = rows * cols;
+  const size_t tensors = 3 + (job.dsum != nullptr);  // x, dy, dx (+ dsum)
+  job.stream = tensors * elements * sizeof(float) >= kStreamBytes;
+  const size_t part_rows = PartRows(rows);
+  const size_t parts = (rows + part_rows - 1) / part_rows;
+  const size_t chunks = NumChunks(cols);
+  const bool params = dgamma != nullptr || dbeta != nullptr;
+  // Where one part holds every row and both are wanted, its sums are the results.
+  const bool direct = parts == 1 && dgamma != nullptr && dbeta != nullptr;
+  std::vector<float> ones, partial;
+  std::vector<GradSums> chunk_sums, sums;
+  try {
+    if (job.gamma == nullptr) {
+      ones.assign(cols, 1.0f);
+      job.gamma = ones.data();
+    }
+    if (params && !direct) partial.resize(2 * parts * cols);
+    if (chunks > 1) {
+      chunk_sums.resize(rows * chunks);
+      sums.resize(rows);
+    }
+  } catch (const std::bad_alloc&) {
+    return SetError(NK_ERR_OUT_OF_MEMORY, "%s: out of memory for the partial sums of %zu rows",
+                    job.function, rows);
+  }
+  float* part_dgamma = direct ? dgamma : params ? partial.data() : nullptr;
+  float* part_dbeta = direct ? dbeta : params ? partial.data() + parts * cols : nullptr;
+  const int threads = ThreadsFor(elements);
+  const auto chunk = [&](size_t c, size_t* c0, size_t* n) {
+    *c0 = c * kChunk;
+    *n = std::min(kChunk, cols - *c0);
+  };
+  if (chunks > 1) {
+    ParallelFor(threads, rows * chunks, [&](size_t item) {
+      size_t c0, n;
+      chunk(item % chunks, &c0, &n);
+      chunk_sums[item] = k.grad_sums(job, item / chunks, c0, n);
+    });
+    for (size_t r = 0; r < rows; ++r) sums[r] = MergeChunks(&chunk_sums[r * chunks], 0, chunks);
+  }
+  const size_t items = parts * chunks;
+  ParallelFor(static_cast<int>(std::min<size_t>(threads, items)), items, [&](size_t item) {
+    const size_t part = item / chunks;
+    size_t c0, n;
+    chunk(item % chunks, &c0, &n);
+    const size_t r0 = part * part_rows, r1 = std::min(rows, r0 + part_rows);
+    const size_t at = part * cols + c0;
+    k.grad_rows(job, r0, r1, c0, n, sums.empty() ? nullptr : sums.data(),
+                part_dgamma != nullptr ? part_dgamma + at : nullptr,
+                part_dbeta != nullptr ? part_dbeta + at : nullptr);
+  });
+  if (params && !direct) {
+    MergeParts(threads, part_dgamma, parts, cols, dgamma);
+    MergeParts(threads, part_dbeta, parts, cols, dbeta);
+  }
+  return NK_OK;
+}
+
+}  // namespace nk

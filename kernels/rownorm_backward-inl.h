@@ -1,0 +1,284 @@
+// SPDX-License-Identifier: Apache-2.0
+// rownorm_backward-inl.h: the LayerNorm family's backward row path, per target. Each
+// row takes two sums over its elements, of a = gamma * dy and of a * x_hat (x_hat
+// recomputed from x and the saved mean / rstd, never stored); then
+//   dx = rstd * (a - mean(a) - x_hat * mean(a * x_hat))  (+ dsum; RMSNorm: no mean(a))
+// while dy * x_hat and dy are summed over the rows for dgamma and dbeta.
+#if defined(NK_KERNELS_ROWNORM_BACKWARD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef NK_KERNELS_ROWNORM_BACKWARD_INL_H_
+#undef NK_KERNELS_ROWNORM_BACKWARD_INL_H_
+#else
+#define NK_KERNELS_ROWNORM_BACKWARD_INL_H_
+#endif
+
+#include <stdint.h>
+
+#include <type_traits>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "kernels/moments-inl.h"
+#include "kernels/rownorm.h"
+#include "kernels/sources-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace nk {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Per-lane sums of two quantities, fed one block at a time and added in a pairwise
+// tree (a binary counter over a small stack, as BlockTree's): O(log n) roundings,
+// which design.md's bound on dx asks of mean(a) and mean(a * x_hat); one chain per
+// lane over a long row would not meet it.
+template <class D>
+class PairSumTree {
+ public:
+  using V = hn::Vec<D>;
+
+  HWY_INLINE void Add(D d, V a, V b) {
+    size_t level = 0;
+    for (size_t t = blocks_; t & 1; t >>= 1, ++level) {
+      a = hn::Add(hn::Load(d, a_ + level * kMax), a);
+      b = hn::Add(hn::Load(d, b_ + level * kMax), b);
+    }
+    hn::Store(a, d, a_ + level * kMax);
+    hn::Store(b, d, b_ + level * kMax);
+    ++blocks_;
+  }
+
+  // The sums of every block added (0 for none), lanes included; levels smallest first.
+  HWY_INLINE GradSums Take(D d) const {
+    V a = hn::Zero(d), b = hn::Zero(d);
+    for (size_t level = 0; (blocks_ >> level) != 0; ++level) {
+      if (((blocks_ >> level) & 1) == 0) continue;
+      a = hn::Add(hn::Load(d, a_ + level * kMax), a);
+      b = hn::Add(hn::Load(d, b_ + level * kMax), b);
+    }
+    return {hn::GetLane(hn::SumOfLanes(d, a)), hn::GetLane(hn::SumOfLanes(d, b))};
+  }
+
+ private:
+  static constexpr size_t kMax = hn::MaxLanes(D());
+  static constexpr size_t kLevels = 48;  // 2^48 blocks: more than any memory
+  size_t blocks_ = 0;
+  HWY_ALIGN float a_[kLevels * kMax];
+  HWY_ALIGN float b_[kLevels * kMax];
+};
+
+// What the backward reads of one row: x_hat and a at element i.
+template <bool kCenter>
+struct GradRow {
+  const float* x;
+  const float* dy;
+  const float* gamma;
+  float mean, rstd;
+
+  template <class D>
+  HWY_INLINE hn::Vec<D> XHat(D d, size_t i) const {
+    hn::Vec<D> v = hn::LoadU(d, x + i);
+    if (kCenter) v = hn::Sub(v, hn::Set(d, mean));
+    return hn::Mul(v, hn::Set(d, rstd));
+  }
+  template <class D>
+  HWY_INLINE hn::Vec<D> A(D d, size_t i) const {
+    return hn::Mul(hn::LoadU(d, gamma + i), hn::LoadU(d, dy + i));
+  }
+};
+
+template <bool kCenter>
+HWY_INLINE GradRow<kCenter> GradRowOf(const RowGradJob& job, size_t r) {
+  return {job.x + r * job.ldx, job.dy + r * job.lddy, job.gamma,
+          kCenter ? job.mean[r] : 0.0f, job.rstd[r]};
+}
+
+// GradSums of a row's elements [c0, c0 + n): blocks of kBlockVectors vectors (two
+// chains per lane in each) in a PairSumTree, the vectors left over as one shorter
+// block, then the last elements (fewer than a vector) one by one. `ahead` (bytes, 0
+// for none): the lines of x and dy asked for that far ahead, for rows from memory.
+template <bool kCenter>
+HWY_INLINE GradSums RowGradSums(const GradRow<kCenter>& row, size_t c0, size_t n,
+                                size_t ahead) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const size_t N = hn::Lanes(d);
+  const size_t end = c0 + n;
+  const size_t block = kBlockVectors * N;
+  PairSumTree<decltype(d)> tree;
+  size_t i = c0;
+  for (; i + block <= end; i += block) {
+    if (ahead != 0) {
+      for (size_t k = 0; k < block; k += kLineFloats) {
+        hwy::Prefetch(reinterpret_cast<const char*>(row.x + i + k) + ahead);
+        hwy::Prefetch(reinterpret_cast<const char*>(row.dy + i + k) + ahead);
+      }
+    }
+    V sa[2] = {hn::Zero(d), hn::Zero(d)}, sb[2] = {hn::Zero(d), hn::Zero(d)};
+    HWY_UNROLL(16)
+    for (size_t k = 0; k < kBlockVectors; ++k) {
+      const V a = row.A(d, i + k * N);
+      sa[k & 1] = hn::Add(sa[k & 1], a);
+      sb[k & 1] = hn::MulAdd(a, row.XHat(d, i + k * N), sb[k & 1]);
+    }
+    tree.Add(d, hn::Add(sa[0], sa[1]), hn::Add(sb[0], sb[1]));
+  }
+  if (i + N <= end) {
+    V sa = hn::Zero(d), sb = hn::Zero(d);
+    for (; i + N <= end; i += N) {
+      const V a = row.A(d, i);
+      sa = hn::Add(sa, a);
+      sb = hn::MulAdd(a, row.XHat(d, i), sb);
+    }
+    tree.Add(d, sa, sb);
+  }
+  GradSums s = tree.Take(d);
+  const hn::CappedTag<float, 1> d1;
+  for (; i < end; ++i) {
+    const auto a = row.A(d1, i);
+    s.a = hn::GetLane(hn::Add(hn::Set(d1, s.a), a));
+    s.a_xhat = hn::GetLane(hn::MulAdd(a, row.XHat(d1, i), hn::Set(d1, s.a_xhat)));
+  }
+  return s;
+}
+
+// Rows taken together in the dx pass: gamma, dgamma and dbeta are loaded and stored
+// once for all of them.
+constexpr size_t kGradGroupRows = 4;
+
+// dx of kRows rows from row r on, over columns [c0, c0 + n), from their whole rows'
+// sums; with kParams, dy * x_hat and dy of each row added in row order to dgamma[0, n)
+// and dbeta[0, n) (started from 0 where `first`). Every element is computed once: dx
+// may be dy or dsum.
+template <bool kCenter, bool kParams, bool kDsum, size_t kRows>
+HWY_INLINE void GradGroup(const RowGradJob& job, size_t r, size_t c0, size_t n,
+                          const GradSums* sums, bool first, float* dgamma,
+                          float* dbeta, size_t next_end) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const float inv_cols = 1.0f / static_cast<float>(job.cols);
+  GradRow<kCenter> row[kRows];
+  float k1[kRows], k2[kRows];  // dx = rstd * a + (x_hat * k2 + k1)
+  const float* dsum[kRows];
+  float* dx[kRows];
+  for (size_t k = 0; k < kRows; ++k) {
+    row[k] = GradRowOf<kCenter>(job, r + k);
+    const float rstd = row[k].rstd;
+    k1[k] = kCenter ? -(rstd * (sums[k].a * inv_cols)) : 0.0f;
+    k2[k] = -(rstd * (sums[k].a_xhat * inv_cols));
+    dsum[k] = kDsum ? job.dsum + (r + k) * job.ldds : nullptr;
+    dx[k] = job.dx + (r + k) * job.lddx;
+  }
+  const auto column = [&](auto dv, size_t i, auto store) HWY_ATTR {
+    using VV = hn::Vec<decltype(dv)>;
+    const VV g = hn::LoadU(dv, job.gamma + i);
+    VV dg = hn::Zero(dv), db = hn::Zero(dv);
+    if (kParams && !first) {
+      dg = hn::LoadU(dv, dgamma + i - c0);
+      db = hn::LoadU(dv, dbeta + i - c0);
+    }
+    HWY_UNROLL(4)
+    for (size_t k = 0; k < kRows; ++k) {
+      const VV dy = hn::LoadU(dv, row[k].dy + i);
+      const VV xhat = row[k].XHat(dv, i);
+      VV v = hn::MulAdd(hn::Mul(g, dy), hn::Set(dv, row[k].rstd),
+                        hn::MulAdd(xhat, hn::Set(dv, k2[k]), hn::Set(dv, k1[k])));
+      if (kDsum) v = hn::Add(v, hn::LoadU(dv, dsum[k] + i));
+      store(dv, v, dx[k] + i);
+      if (kParams) {
+        dg = hn::MulAdd(dy, xhat, dg);
+        db = hn::Add(db, dy);
+      }
+    }
+    if (kParams) {
+      hn::StoreU(dg, dv, dgamma + i - c0);
+      hn::StoreU(db, dv, dbeta + i - c0);
+    }
+  };
+  const auto store_u = [](auto dv, auto v, float* p) HWY_ATTR { hn::StoreU(v, dv, p); };
+  const auto each = [&](size_t begin, size_t end) HWY_ATTR {
+    ForEachVector(d, begin, end,
+                  [&](auto dv, size_t i) HWY_ATTR { column(dv, i, store_u); });
+  };
+  const size_t end = c0 + n;
+  // Streamed where every row of dx lies at one offset from a cache line, from where
+  // StreamLead says (as the forwards' NormalizeGroup), while the next rows' x and dy
+  // (up to row next_end) are asked for.
+  const uintptr_t dx_addr = reinterpret_cast<uintptr_t>(dx[0] + c0);
+  if (job.stream && n >= 2 * kLineFloats && dx_addr % sizeof(float) == 0 &&
+      job.lddx % kLineFloats == 0) {
+    const size_t unit = StreamUnit(d, dx[0] + c0);
+    const size_t lead = c0 + StreamLead(d, dx[0] + c0);
+    const size_t lines_end = lead + (end - lead) / unit * unit;
+    each(c0, lead);
+    const auto stream = [](auto dv, auto v, float* p) HWY_ATTR { hn::Stream(v, dv, p); };
+    for (size_t i = lead; i < lines_end; i += N) {
+      if (i % kLineFloats < N) {
+        for (size_t q = r + kRows; q < next_end; ++q) {
+          hwy::Prefetch(job.x + q * job.ldx + i);
+          hwy::Prefetch(job.dy + q * job.lddy + i);
+        }
+      }
+      column(d, i, stream);
+    }
+    each(lines_end, end);
+    return;
+  }
+  each(c0, end);
+}
+
+// Calls fn(center, params, dsum) with std::integral_constant<bool> arguments for the
+// job's variant (params: dgamma / dbeta wanted): one branch per call, none in the loops.
+template <class Fn>
+HWY_INLINE void VisitGradVariant(const RowGradJob& job, bool params, const Fn& fn) {
+  using T = std::true_type;
+  using F = std::false_type;
+  const bool dsum = job.dsum != nullptr;
+  if (job.center) {
+    if (params) return dsum ? fn(T(), T(), T()) : fn(T(), T(), F());
+    return dsum ? fn(T(), F(), T()) : fn(T(), F(), F());
+  }
+  if (params) return dsum ? fn(F(), T(), T()) : fn(F(), T(), F());
+  return dsum ? fn(F(), F(), T()) : fn(F(), F(), F());
+}
+
+// grad_rows of the kernel table for one variant: groups of kGradGroupRows rows, then
+// the rest one by one; each group's sums first (here, or given), then its dx.
+template <bool kCenter, bool kParams, bool kDsum>
+void GradRowsT(const RowGradJob& job, size_t r0, size_t r1, size_t c0, size_t n,
+               const GradSums* sums, float* dgamma, float* dbeta) {
+  const size_t ahead = job.stream ? kReadAheadBytes : kCacheAheadBytes;
+  const auto sums_of = [&](size_t r, size_t rows, GradSums* out) {
+    for (size_t k = 0; k < rows; ++k) {
+      out[k] = sums != nullptr
+                   ? sums[r + k]
+                   : RowGradSums<kCenter>(GradRowOf<kCenter>(job, r + k), 0, job.cols,
+                                          ahead);
+    }
+  };
+  bool first = true;
+  size_t r = r0;
+  for (; r + kGradGroupRows <= r1; r += kGradGroupRows) {
+    GradSums s[kGradGroupRows];
+    sums_of(r, kGradGroupRows, s);
+    GradGroup<kCenter, kParams, kDsum, kGradGroupRows>(
+        job, r, c0, n, s, first, dgamma, dbeta, HWY_MIN(r + 2 * kGradGroupRows, r1));
+    first = false;
+  }
+  for (; r < r1; ++r) {
+    GradSums s[1];
+    sums_of(r, 1, s);
+    GradGroup<kCenter, kParams, kDsum, 1>(job, r, c0, n, s, first, dgamma, dbeta,
+                                          HWY_MIN(r + 2, r1));
+    first = false;
+  }
+}
+
+// The kernel table's two backward functions of this target (rownorm_f32.cc).
+GradSums RowGradChunkSums(const RowGradJob& job, size_t row, size_t c0, size_t n);
+void GradRows(const RowGradJob& job, size_t r0, size_t r1, size_t c0, size_t n,
+              const GradSums* sums, float* dgamma, float* dbeta);
+
+}  // namespace HWY_NAMESPACE
+}  // namespace nk
+HWY_AFTER_NAMESPACE();
+
+#endif  // NK_KERNELS_ROWNORM_BACKWARD_INL_H_
