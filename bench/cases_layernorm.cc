@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// cases_layernorm.cc: the LayerNorm family's benchmark cases: the cells the
-// documentation compares and a size sweep for the plot; with --full, rows x cols
-// tensors of 4 and 64 MiB, transformer shapes and one long row, for every op.
+// cases_layernorm.cc: the LayerNorm family's benchmark cases, forward and backward: the
+// cells the documentation compares and a size sweep for the plot; with --full, rows x
+// cols tensors of 4 and 64 MiB, transformer shapes and one long row, for every op.
 #include <string>
 #include <vector>
 
@@ -57,6 +57,52 @@ void RegisterRowNorm(Op op, size_t rows, size_t cols, Case c) {
       });
 }
 
+// Registers the backward of `op` (dx, dgamma and, LayerNorm's, dbeta) on rows x cols
+// as RegisterRowNorm does the forward.
+void RegisterRowNormBackward(Op op, size_t rows, size_t cols, Case c) {
+  const size_t n = rows * cols, off = c.offset;
+  const bool fused = op == Op::kAddLayerNorm || op == Op::kAddRmsNorm;
+  const std::string isa = c.isa;
+  const int threads = c.threads;
+  c.kernel = std::string(kOpNames[static_cast<int>(op)]) + "_backward";
+  c.shape = std::to_string(rows) + "x" + std::to_string(cols);
+  c.elements = static_cast<double>(n);
+  c.bytes = (fused ? 4.0 : 3.0) * n * sizeof(float);  // x or sum, dy, dsum, dx
+  c.copy = CopyFor(c.bytes, threads, off);
+  if (op == Op::kLayerNorm) c.onednn = OneDnnLayerNormBackward(rows, cols, threads, off);
+  const float* x = Tensor(0, n, off);
+  const float* dy = Tensor(1, n, off);
+  const float* dsum = fused ? Tensor(2, n, off) : nullptr;
+  float* dx = Tensor(3, n, off);
+  const float* mean = Tensor(4, rows, off);
+  const float* rstd = Tensor(5, rows, off);
+  float* dgamma = Tensor(6, cols, off);
+  float* dbeta = Tensor(7, cols, off);
+  const float* g = Gamma(cols, off);
+  c.out = dx;
+  c.out_n = n;
+  Register(
+      c.kernel + "/" + isa + "/" + c.shape + Placement(off, threads), c,
+      [=] { return nk_set_isa(isa.c_str()) == NK_OK && nk_set_num_threads(threads) == NK_OK; },
+      [=] {
+        switch (op) {
+          case Op::kLayerNorm:
+            nk_layernorm_backward_f32(rows, cols, x, dy, mean, rstd, g, dx, dgamma, dbeta);
+            break;
+          case Op::kRmsNorm:
+            nk_rmsnorm_backward_f32(rows, cols, x, dy, rstd, g, dx, dgamma);
+            break;
+          case Op::kAddLayerNorm:
+            nk_add_layernorm_backward_f32(rows, cols, x, dy, dsum, mean, rstd, g, dx,
+                                          dgamma, dbeta);
+            break;
+          case Op::kAddRmsNorm:
+            nk_add_rmsnorm_backward_f32(rows, cols, x, dy, dsum, rstd, g, dx, dgamma);
+            break;
+        }
+      });
+}
+
 constexpr size_t kCols[] = {64, 256, 768, 1024, 4096, 8192};
 
 size_t RowsFor(size_t mib, size_t cols) { return (mib << 20) / sizeof(float) / cols; }
@@ -71,6 +117,16 @@ void RegisterLayerNormCases(const Selection& s) {
     for (auto [rows, cols] : {std::pair<size_t, size_t>{1024, 1024}, {16384, 1024},
                               {65536, 256}, {4096, 4096}}) {
       RegisterRowNorm(Op::kLayerNorm, rows, cols, c);
+    }
+  }
+  // The backward's cells: 4 and 64 MiB (x, dy and dx each) of rows of 256, 1024 and
+  // 4096.
+  for (Case c : Placements(s.isas, s.threads)) {
+    c.main = true;
+    for (size_t mib : {4, 64}) {
+      for (size_t cols : {256, 1024, 4096}) {
+        RegisterRowNormBackward(Op::kLayerNorm, RowsFor(mib, cols), cols, c);
+      }
     }
   }
   // The plot's sweep: LayerNorm, 1024 columns, 1 thread, 1/4 to 64 MiB.
@@ -90,6 +146,14 @@ void RegisterLayerNormCases(const Selection& s) {
         for (size_t cols : {768, 4096, 8192}) RegisterRowNorm(op, rows, cols, c);
       }
       RegisterRowNorm(op, 1, size_t{1} << 20, c);
+      // The backwards: the same shapes.
+      for (size_t mib : {4, 64}) {
+        for (size_t cols : kCols) RegisterRowNormBackward(op, RowsFor(mib, cols), cols, c);
+      }
+      for (size_t rows : {1, 8, 512, 4096}) {
+        for (size_t cols : {768, 4096, 8192}) RegisterRowNormBackward(op, rows, cols, c);
+      }
+      RegisterRowNormBackward(op, 1, size_t{1} << 20, c);
     }
   }
 }

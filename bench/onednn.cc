@@ -65,10 +65,11 @@ class ThreadsDuringCreation {
   int saved_;
 };
 
-// Registers oneDNN's run of `elements` elements (x read, y written) as a case.
+// Registers oneDNN's run of `elements` elements as a case; `tensors` of them are
+// counted (x read, y written; backward: x and dy read, dx written).
 std::string RegisterJob(const std::string& kernel, const std::string& shape,
                         double elements, std::shared_ptr<Job> job, const char* impl,
-                        int threads, size_t offset) {
+                        int threads, size_t offset, double tensors = 2) {
   Case c;
   c.kernel = kernel;
   c.shape = shape;
@@ -76,7 +77,7 @@ std::string RegisterJob(const std::string& kernel, const std::string& shape,
   c.threads = threads;
   c.offset = offset;
   c.elements = elements;
-  c.bytes = 2.0 * elements * sizeof(float);
+  c.bytes = tensors * elements * sizeof(float);
   c.impl = impl;
   return Register(kernel + "/" + shape + Placement(offset, threads), c,
                   [] { return true; }, [job, threads] { job->Run(threads); });
@@ -144,6 +145,43 @@ std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads, size_t offset
                      static_cast<double>(n), job, pd.impl_info_str(), threads, offset);
 }
 
+std::string OneDnnLayerNormBackward(size_t rows, size_t cols, int threads, size_t offset) {
+  using dnnl::memory;
+  const ThreadsDuringCreation creation(threads);
+  const size_t n = rows * cols;
+  const memory::dims dims = {static_cast<memory::dim>(rows), static_cast<memory::dim>(cols)};
+  const memory::desc data(dims, memory::data_type::f32, memory::format_tag::ab);
+  const memory::desc stat({static_cast<memory::dim>(rows)}, memory::data_type::f32,
+                          memory::format_tag::a);
+  const memory::desc param({static_cast<memory::dim>(cols)}, memory::data_type::f32,
+                           memory::format_tag::a);
+  const auto flags =
+      dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  const dnnl::layer_normalization_forward::primitive_desc hint(
+      dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_training, data,
+                                              stat, 1e-5f, flags),
+      Engine());
+  const dnnl::layer_normalization_backward::primitive_desc pd(
+      dnnl::layer_normalization_backward::desc(dnnl::prop_kind::backward, data, data,
+                                               stat, 1e-5f, flags),
+      Engine(), hint);
+  auto job = std::make_shared<Job>();
+  job->primitive = std::make_unique<dnnl::layer_normalization_backward>(pd);
+  // The backward's gradients of gamma and beta: slots of their own.
+  job->args = {{DNNL_ARG_SRC, Wrap(data, Tensor(0, n, offset))},
+               {DNNL_ARG_DIFF_DST, Wrap(data, Tensor(1, n, offset))},
+               {DNNL_ARG_MEAN, Wrap(stat, Tensor(4, rows, offset))},
+               {DNNL_ARG_VARIANCE, Wrap(stat, Tensor(5, rows, offset))},
+               {DNNL_ARG_SCALE, Wrap(param, Gamma(cols, offset))},
+               {DNNL_ARG_SHIFT, Wrap(param, Beta(cols, offset))},  // unread, but required
+               {DNNL_ARG_DIFF_SRC, Wrap(data, Tensor(3, n, offset))},
+               {DNNL_ARG_DIFF_SCALE, Wrap(param, Tensor(6, cols, offset))},
+               {DNNL_ARG_DIFF_SHIFT, Wrap(param, Tensor(7, cols, offset))}};
+  return RegisterJob("onednn_layernorm_backward",
+                     std::to_string(rows) + "x" + std::to_string(cols),
+                     static_cast<double>(n), job, pd.impl_info_str(), threads, offset, 3);
+}
+
 std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
                             bool training, int threads, size_t offset) {
   using dnnl::memory;
@@ -182,6 +220,7 @@ std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
 
 std::string CapOneDnn(const std::string&) { return ""; }
 std::string OneDnnLayerNorm(size_t, size_t, int, size_t) { return ""; }
+std::string OneDnnLayerNormBackward(size_t, size_t, int, size_t) { return ""; }
 std::string OneDnnBatchNorm(size_t, size_t, size_t, size_t, bool, bool, int, size_t) {
   return "";
 }

@@ -6,7 +6,8 @@
 // them into ratios, a table and a JSON file.
 //
 // Bytes count each tensor once: inputs read plus outputs written (x, residual, sum,
-// y), not gamma, beta or per-row/per-channel statistics. The copy moves half the
+// y; backward: x or sum, dy, dsum, dx), not gamma, beta, their gradients or
+// per-row/per-channel statistics. The copy moves half the
 // counted bytes from one buffer to another.
 #ifndef NK_BENCH_SUITE_H_
 #define NK_BENCH_SUITE_H_
@@ -90,6 +91,8 @@ const float* Beta(size_t n, size_t offset);
 
 // oneDNN's counterparts (bench/onednn.cc); "" when the suite was built without it.
 std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads, size_t offset);
+// Its backward (diff_src, diff_scale, diff_shift from src, diff_dst, mean, variance).
+std::string OneDnnLayerNormBackward(size_t rows, size_t cols, int threads, size_t offset);
 std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
                             bool training, int threads, size_t offset);
 

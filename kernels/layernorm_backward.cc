@@ -4,6 +4,7 @@
 // order, and the parts' sums are added in a fixed pairwise tree, so dgamma and dbeta
 // have the same bits for any thread count. Rows longer than kChunk go in chunks.
 #include <algorithm>
+#include <memory>
 #include <new>
 #include <vector>
 
@@ -62,14 +63,15 @@ nk_status RunRowNormBackward(RowGradJob job, float* dgamma, float* dbeta) {
   const bool params = dgamma != nullptr || dbeta != nullptr;
   // Where one part holds every row and both are wanted, its sums are the results.
   const bool direct = parts == 1 && dgamma != nullptr && dbeta != nullptr;
-  std::vector<float> ones, partial;
+  std::vector<float> ones;
+  std::unique_ptr<float[]> partial;  // uninitialized: every element is written
   std::vector<GradSums> chunk_sums, sums;
   try {
     if (job.gamma == nullptr) {
       ones.assign(cols, 1.0f);
       job.gamma = ones.data();
     }
-    if (params && !direct) partial.resize(2 * parts * cols);
+    if (params && !direct) partial.reset(new float[2 * parts * cols]);
     if (chunks > 1) {
       chunk_sums.resize(rows * chunks);
       sums.resize(rows);
@@ -78,8 +80,8 @@ nk_status RunRowNormBackward(RowGradJob job, float* dgamma, float* dbeta) {
     return SetError(NK_ERR_OUT_OF_MEMORY, "%s: out of memory for the partial sums of %zu rows",
                     job.function, rows);
   }
-  float* part_dgamma = direct ? dgamma : params ? partial.data() : nullptr;
-  float* part_dbeta = direct ? dbeta : params ? partial.data() + parts * cols : nullptr;
+  float* part_dgamma = direct ? dgamma : params ? partial.get() : nullptr;
+  float* part_dbeta = direct ? dbeta : params ? partial.get() + parts * cols : nullptr;
   const int threads = ThreadsFor(elements);
   const auto chunk = [&](size_t c, size_t* c0, size_t* n) {
     *c0 = c * kChunk;

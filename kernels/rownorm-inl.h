@@ -113,13 +113,6 @@ Moments ChunkMomentsT(const RowNormJob& job, size_t row, size_t c0, size_t n,
   return m;
 }
 
-// Stores into y lines that are not in the cache wait for the line to be read first
-// (read for ownership) and soon fill the store buffer; asking for a line this far ahead
-// every four vectors overlaps those reads with the work (LayerNorm of 4 MiB, 1 thread,
-// A/B in one process: 5-10% faster; asking for every line gained nothing). Streamed
-// outputs take non-temporal stores instead.
-constexpr size_t kWriteAheadBytes = 8192;
-
 // ((v - mean) * rstd) * gamma + beta for a loaded v, gamma, beta (RMSNorm: no mean;
 // an absent gamma / beta is not read).
 template <bool kCenter, bool kGamma, bool kBeta, class V>

@@ -31,6 +31,13 @@ constexpr size_t kReadAheadBytes = 8192;
 // 3-9% with 8 KiB).
 constexpr size_t kCacheAheadBytes = 2048;
 
+// Stores into lines that are not in the cache wait for the line to be read first
+// (read for ownership) and soon fill the store buffer; asking for a line of the output
+// this far ahead overlaps those reads with the work (LayerNorm of 4 MiB, 1 thread, A/B
+// in one process: 5-10% faster, a line every four vectors; asking for every line gained
+// nothing). Streamed outputs take non-temporal stores instead.
+constexpr size_t kWriteAheadBytes = 8192;
+
 struct F32Source {
   const float* x;
   size_t ld = 0;  // row stride in elements (row paths)
