@@ -12,6 +12,11 @@ it creates are C-contiguous. BatchNorm normalizes per channel, axis 1 of
 beta may also be given as weight= / bias=, PyTorch's names. Zero-size inputs give
 empty outputs, as in PyTorch.
 
+The LayerNorm family's backward (layer_norm_backward, ...) takes the forward's saved
+statistics and gives the gradients torch.nn.LayerNorm's autograd gives;
+normkernels.torch (imported on its own; importing normkernels does not import torch)
+wraps forward and backward as autograd Functions and nn.Modules.
+
 Errors of the library raise NormKernelsError carrying its message (nk_last_error);
 wrong types raise TypeError, wrong shapes or layouts ValueError, scalars that do not
 fit their C type (uint64_t counts, int threads, float32 eps and momentum) OverflowError
@@ -38,6 +43,8 @@ __version__ = "0.1.0"  # as python/pyproject.toml; the library's major.minor mus
 
 __all__ = [
     "NormKernelsError", "layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm",
+    "layer_norm_backward", "rms_norm_backward", "add_layer_norm_backward",
+    "add_rms_norm_backward",
     "batch_norm", "batch_norm_moments", "moments_merge", "batch_norm_update_running",
     "isa", "available_isas", "set_isa", "num_threads", "set_num_threads", "version",
 ]
@@ -95,13 +102,14 @@ def set_num_threads(n):
 
 # ---------------------------------------------------------------- LayerNorm family
 
-def _row_shape(x, normalized_shape):
+def _row_shape(x, normalized_shape, name="x"):
     """(leading shape, normalized shape, elements of a row) of x: the last axis by
     default."""
     if normalized_shape is None:
         shape = x.shape
         if not shape:
-            raise ValueError("x must have at least one dimension (the normalized one)")
+            raise ValueError(f"{name} must have at least one dimension (the normalized "
+                             "one)")
         if shape[-1]:
             return shape[:-1], shape[-1:], shape[-1]
         norm = shape[-1:]
@@ -111,12 +119,12 @@ def _row_shape(x, normalized_shape):
             raise ValueError("normalized_shape must have at least one dimension")
         lead = x.shape[:x.ndim - len(norm)]
         if len(norm) > x.ndim or x.shape[len(lead):] != norm:
-            raise ValueError(f"normalized_shape {norm} does not match x's trailing "
-                             f"dimensions: x has shape {x.shape}")
+            raise ValueError(f"normalized_shape {norm} does not match {name}'s "
+                             f"trailing dimensions: {name} has shape {x.shape}")
         if 0 not in norm:
             return lead, norm, math.prod(norm)
-    raise ValueError(f"x's normalized dimensions {norm} hold no element; a row must "
-                     "have at least one")
+    raise ValueError(f"{name}'s normalized dimensions {norm} hold no element; a row "
+                     "must have at least one")
 
 
 def _output(out, like, name):
@@ -125,8 +133,27 @@ def _output(out, like, name):
     return _writable(_array(out, name, like.shape), name)
 
 
+def _rows(x, name, normalized_shape):
+    """x checked as the rows a LayerNorm-family call reads: (x, its row stride, leading
+    shape, normalized shape, elements of a row)."""
+    x = _array(x, name, contiguous=False)
+    lead, norm, cols = _row_shape(x, normalized_shape, name)
+    return x, _row_stride(x, name, len(lead), cols), lead, norm, cols
+
+
+def _rows_like(a, name, x, lead_ndim, cols):
+    """a, an optional input of x's shape read as rows too, checked, and its row stride
+    (cols when a is None)."""
+    if a is None:
+        return None, cols
+    a = _array(a, name, x.shape, contiguous=False)
+    return a, _row_stride(a, name, lead_ndim, cols)
+
+
 def _row_output(out, like, name, lead_ndim, cols):
-    """out, checked, and its row stride."""
+    """out, checked (a new C-contiguous array when None), and its row stride."""
+    if out is None:
+        return np.empty(like.shape, np.float32), cols
     out = _array(out, name, like.shape, contiguous=False)
     return out, _row_stride(out, name, lead_ndim, cols, output=True)
 
@@ -138,21 +165,13 @@ def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stat
     if bias is not None:
         beta = _alias(beta, bias, "beta", "bias")
     eps = _float32(eps, "eps")
-    x = _array(x, "x", contiguous=False)
-    lead, norm, cols = _row_shape(x, normalized_shape)
+    x, ldx, lead, norm, cols = _rows(x, "x", normalized_shape)
     rows, k = x.size // cols, len(lead)
-    ldx = _row_stride(x, "x", k, cols)
-    ldr = ldy = lds = cols  # of the arrays made here, and the absent ones
-    if residual is not None:
-        residual = _array(residual, "residual", x.shape, contiguous=False)
-        ldr = _row_stride(residual, "residual", k, cols)
+    residual, ldr = _rows_like(residual, "residual", x, k, cols)
     gamma = _array(gamma, "gamma", norm)
     beta = _array(beta, "beta", norm)
-    if out is None:
-        y = np.empty(x.shape, np.float32)
-    else:
-        y, ldy = _row_output(out, x, "out", k, cols)
-    s = None
+    y, ldy = _row_output(out, x, "out", k, cols)
+    s, lds = None, cols  # the stride of an s made here, or of none
     if sum_out is not None:
         s, lds = _row_output(sum_out, x, "sum_out", k, cols)
     elif return_sum:
@@ -238,6 +257,121 @@ def add_rms_norm(x, residual, gamma=None, eps=1e-5, out=None, return_stats=False
     in add_layer_norm."""
     return _forward(False, x, residual, gamma, None, eps, out, True, return_stats,
                     sum_out, weight, None, normalized_shape)
+
+
+def _statistics(a, name, lead, norm):
+    """A saved statistic, required: one value per row, shaped as the forwards return it
+    (x's leading axes) or with the normalized axes kept as 1s (torch.native_layer_norm's
+    mean and rstd)."""
+    if a is None:
+        raise TypeError(f"{name} is required: the forward's saved statistic "
+                        "(return_stats=True)")
+    a = _array(a, name)
+    kept = lead + (1,) * len(norm)
+    if a.shape != lead and a.shape != kept:
+        raise ValueError(f"{name} has shape {a.shape}; expected {lead}, one value per "
+                         f"row (or {kept}, as torch.native_layer_norm gives)")
+    return a
+
+
+def _backward(center, fused, dy, x, dsum, mean, rstd, gamma, out, param_grads, weight,
+              normalized_shape):
+    gamma = _alias(gamma, weight, "gamma", "weight")
+    if not isinstance(param_grads, (bool, np.bool_)):
+        raise TypeError(f"param_grads must be a bool, not {type(param_grads).__name__}")
+    x, ldx, lead, norm, cols = _rows(x, "sum" if fused else "x", normalized_shape)
+    rows, k = x.size // cols, len(lead)
+    dy, lddy = _rows_like(dy, "dy", x, k, cols)
+    if dy is None:
+        raise TypeError("dy is required: the gradient of the forward's y")
+    dsum, ldds = _rows_like(dsum, "dsum", x, k, cols)
+    mean = _statistics(mean, "mean", lead, norm) if center else None
+    rstd = _statistics(rstd, "rstd" if center else "rrms", lead, norm)
+    gamma = _array(gamma, "gamma", norm)
+    dx, lddx = _row_output(out, x, "out", k, cols)
+    # Sums over rows: with no row the library writes nothing, and they are 0.
+    new = np.empty if rows else np.zeros
+    dgamma = new(norm, np.float32) if param_grads else None
+    dbeta = new(norm, np.float32) if param_grads and center else None
+    if ldx == lddy == ldds == lddx == cols:  # the contiguous forms
+        p = _ptr(x), _ptr(dy)
+        if not fused and center:
+            status = _lib.nk_layernorm_backward_f32(
+                rows, cols, *p, _ptr(mean), _ptr(rstd), _ptr(gamma), _ptr(dx),
+                _ptr(dgamma), _ptr(dbeta))
+        elif not fused:
+            status = _lib.nk_rmsnorm_backward_f32(
+                rows, cols, *p, _ptr(rstd), _ptr(gamma), _ptr(dx), _ptr(dgamma))
+        elif center:
+            status = _lib.nk_add_layernorm_backward_f32(
+                rows, cols, *p, _ptr(dsum), _ptr(mean), _ptr(rstd), _ptr(gamma), _ptr(dx),
+                _ptr(dgamma), _ptr(dbeta))
+        else:
+            status = _lib.nk_add_rmsnorm_backward_f32(
+                rows, cols, *p, _ptr(dsum), _ptr(rstd), _ptr(gamma), _ptr(dx),
+                _ptr(dgamma))
+    else:
+        p = _view_ptr(x), ldx, _view_ptr(dy), lddy
+        pdsum, pdx = (_view_ptr(dsum), ldds), (_view_ptr(dx), lddx)
+        if not fused and center:
+            status = _lib.nk_layernorm_backward_strided_f32(
+                rows, cols, *p, _ptr(mean), _ptr(rstd), _ptr(gamma), *pdx, _ptr(dgamma),
+                _ptr(dbeta))
+        elif not fused:
+            status = _lib.nk_rmsnorm_backward_strided_f32(
+                rows, cols, *p, _ptr(rstd), _ptr(gamma), *pdx, _ptr(dgamma))
+        elif center:
+            status = _lib.nk_add_layernorm_backward_strided_f32(
+                rows, cols, *p, *pdsum, _ptr(mean), _ptr(rstd), _ptr(gamma), *pdx,
+                _ptr(dgamma), _ptr(dbeta))
+        else:
+            status = _lib.nk_add_rmsnorm_backward_strided_f32(
+                rows, cols, *p, *pdsum, _ptr(rstd), _ptr(gamma), *pdx, _ptr(dgamma))
+    _check(status)
+    return (dx, dgamma, dbeta) if center else (dx, dgamma)
+
+
+def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, out=None, param_grads=True,
+                        weight=None, normalized_shape=None):
+    """The gradients of layer_norm, as torch.nn.LayerNorm's autograd gives them, for the
+    gradient dy of its y: returns (dx, dgamma, dbeta).
+
+    mean, rstd: the forward's saved statistics (layer_norm(..., return_stats=True)),
+    required; taken as exact, as torch.native_layer_norm_backward takes them.
+    dgamma, dbeta: the gradients of gamma and beta (of ones and zeros when they were
+    None), summed over rows; param_grads=False skips them (both returned as None).
+    normalized_shape as in layer_norm. dy, x and out may be row-strided views; out
+    may be dy (in place)."""
+    return _backward(True, False, dy, x, None, mean, rstd, gamma, out, param_grads,
+                     weight, normalized_shape)
+
+
+def rms_norm_backward(dy, x, rrms, gamma=None, *, out=None, param_grads=True,
+                      weight=None, normalized_shape=None):
+    """The gradients of rms_norm for the gradient dy of its y, from the forward's saved
+    rrms: returns (dx, dgamma), dgamma None with param_grads=False; as
+    layer_norm_backward."""
+    return _backward(False, False, dy, x, None, None, rrms, gamma, out, param_grads,
+                     weight, normalized_shape)
+
+
+def add_layer_norm_backward(dy, sum, mean, rstd, gamma=None, dsum=None, *, out=None,
+                            param_grads=True, weight=None, normalized_shape=None):
+    """The gradients of add_layer_norm, from its saved s = x + residual (sum) and
+    statistics: returns (dx, dgamma, dbeta), dx being the gradient of both x and
+    residual. dsum: the gradient that reached s from its later uses (the residual
+    stream), or None for none; out may be dy or dsum (in place). Otherwise as
+    layer_norm_backward."""
+    return _backward(True, True, dy, sum, dsum, mean, rstd, gamma, out, param_grads,
+                     weight, normalized_shape)
+
+
+def add_rms_norm_backward(dy, sum, rrms, gamma=None, dsum=None, *, out=None,
+                          param_grads=True, weight=None, normalized_shape=None):
+    """The gradients of add_rms_norm: returns (dx, dgamma), as add_layer_norm_backward
+    with rms_norm_backward's rrms."""
+    return _backward(False, True, dy, sum, dsum, None, rrms, gamma, out, param_grads,
+                     weight, normalized_shape)
 
 
 # ---------------------------------------------------------------- BatchNorm

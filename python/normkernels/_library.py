@@ -42,6 +42,27 @@ _SIGNATURES = {
     "nk_add_rmsnorm_forward_strided_f32": (_status, [
         _size_t, _size_t, _addr, _size_t, _addr, _size_t, _addr, ctypes.c_float, _addr,
         _size_t, _addr, _size_t, _addr]),
+    "nk_layernorm_backward_f32": (_status, [
+        _size_t, _size_t, _addr, _addr, _addr, _addr, _addr, _addr, _addr, _addr]),
+    "nk_rmsnorm_backward_f32": (_status, [
+        _size_t, _size_t, _addr, _addr, _addr, _addr, _addr, _addr]),
+    "nk_add_layernorm_backward_f32": (_status, [
+        _size_t, _size_t, _addr, _addr, _addr, _addr, _addr, _addr, _addr, _addr,
+        _addr]),
+    "nk_add_rmsnorm_backward_f32": (_status, [
+        _size_t, _size_t, _addr, _addr, _addr, _addr, _addr, _addr, _addr]),
+    "nk_layernorm_backward_strided_f32": (_status, [
+        _size_t, _size_t, _addr, _size_t, _addr, _size_t, _addr, _addr, _addr, _addr,
+        _size_t, _addr, _addr]),
+    "nk_rmsnorm_backward_strided_f32": (_status, [
+        _size_t, _size_t, _addr, _size_t, _addr, _size_t, _addr, _addr, _addr, _size_t,
+        _addr]),
+    "nk_add_layernorm_backward_strided_f32": (_status, [
+        _size_t, _size_t, _addr, _size_t, _addr, _size_t, _addr, _size_t, _addr, _addr,
+        _addr, _addr, _size_t, _addr, _addr]),
+    "nk_add_rmsnorm_backward_strided_f32": (_status, [
+        _size_t, _size_t, _addr, _size_t, _addr, _size_t, _addr, _size_t, _addr, _addr,
+        _addr, _size_t, _addr]),
     "nk_batchnorm_forward_training_f32": (_status, [
         _size_t, _size_t, _size_t, ctypes.c_int, _addr, _addr, _addr,
         ctypes.c_float, ctypes.c_float, _addr, _addr, _addr, _addr, _addr]),

@@ -6,6 +6,11 @@ import numpy as np
 U = 2.0 ** -24
 
 
+def _lg(n):
+    """design.md's lg: the depth of a pairwise tree over n values."""
+    return max(1, int(np.ceil(np.log2(n))))
+
+
 def reference(x, residual=None, gamma=None, beta=None, eps=1e-5, center=True):
     """float64 normalization over the last axis, and the design.md bound on y."""
     s = x.astype(np.float32) if residual is None else (x + residual).astype(np.float32)
@@ -18,17 +23,42 @@ def reference(x, residual=None, gamma=None, beta=None, eps=1e-5, center=True):
     g = np.ones(n) if gamma is None else gamma.astype(np.float64)
     b = np.zeros(n) if beta is None or not center else beta.astype(np.float64)
     y = xhat * g + b
-    lg = max(1, int(np.ceil(np.log2(n))))
     m = np.abs(s).max(-1, keepdims=True)
-    bound = (4 * U * lg * np.abs(g) * (m * r + np.abs(xhat))
+    bound = (4 * U * _lg(n) * np.abs(g) * (m * r + np.abs(xhat))
              + 3 * U * (np.abs(y) + np.abs(b)) + 1e-30)
     return y, mean[..., 0], r[..., 0], bound
 
 
+def backward_reference(dy, x, mean, r, gamma=None, dsum=None, u=U, depth=_lg):
+    """float64 gradients of the normalization over the last axis of x from the given
+    statistics, taken as exact (mean None: RMSNorm), and design.md's bounds on them:
+    (dx, dgamma, dbeta, dx bound, dgamma bound, dbeta bound); dgamma and dbeta summed
+    over every row. u, depth(n): the unit roundoff and the roundings a sum of n values
+    takes that the bounds are for (lg: a pairwise tree; n: a sum in any order)."""
+    x, dy = x.astype(np.float64), dy.astype(np.float64)
+    n = x.shape[-1]
+    r = r.astype(np.float64).reshape(x.shape[:-1] + (1,))
+    m = 0.0 if mean is None else mean.astype(np.float64).reshape(r.shape)
+    xhat = (x - m) * r
+    a = dy if gamma is None else gamma.astype(np.float64) * dy
+    mean_a = 0.0 if mean is None else a.mean(-1, keepdims=True)
+    dx = r * (a - mean_a - xhat * (a * xhat).mean(-1, keepdims=True))
+    big_a = np.abs(a).mean(-1, keepdims=True)
+    big_b = np.abs(a * xhat).mean(-1, keepdims=True)
+    dx_bound = 8 * u * depth(n) * r * (np.abs(a) + big_a + np.abs(xhat) * big_b) + 1e-30
+    if dsum is not None:
+        dx = dx + dsum
+        dx_bound = dx_bound + u * np.abs(dsum)
+    rows = dy.reshape(-1, n), (dy * xhat).reshape(-1, n)
+    depth_rows = depth(max(1, rows[0].shape[0]))
+    return (dx, rows[1].sum(0), rows[0].sum(0), dx_bound,
+            8 * u * depth_rows * np.abs(rows[1]).sum(0),
+            4 * u * depth_rows * np.abs(rows[0]).sum(0))
+
+
 def stat_bounds(x, rstd_ref):
     """design.md's bounds on mean and rstd for rows of x (no residual)."""
-    n = x.shape[-1]
-    lg = max(1, int(np.ceil(np.log2(n))))
+    lg = _lg(x.shape[-1])
     m = np.abs(x.astype(np.float64)).max(-1)
     return 4 * U * lg * m, 4 * U * lg * (1 + (m * rstd_ref) ** 2) * rstd_ref
 
@@ -53,7 +83,7 @@ def _normalized(s, mean, r, gamma, beta, m, channels_last):
     g = gamma.astype(np.float64).reshape(shape)
     b = beta.astype(np.float64).reshape(shape)
     y = xhat * g + b
-    lg = max(1, int(np.ceil(np.log2(s.size // s.shape[1]))))
+    lg = _lg(s.size // s.shape[1])
     bound = (4 * U * lg * np.abs(g) * (m.reshape(shape) * r.reshape(shape) + np.abs(xhat))
              + 3 * U * (np.abs(y) + np.abs(b)) + 1e-30)
     if channels_last:
@@ -85,5 +115,4 @@ def var_bound(x, var, eps, channels_last=False):
     """design.md's rstd bound as a bound on a variance: 8 u lg (var + eps + M^2)."""
     xc = np.moveaxis(x, -1, 0) if channels_last else np.moveaxis(x, 1, 0)
     xc = xc.reshape(xc.shape[0], -1).astype(np.float64)
-    lg = max(1, int(np.ceil(np.log2(xc.shape[1]))))
-    return 8 * U * lg * (var + eps + np.abs(xc).max(1) ** 2)
+    return 8 * U * _lg(xc.shape[1]) * (var + eps + np.abs(xc).max(1) ** 2)

@@ -31,6 +31,13 @@ def test_all_names_every_public_function_and_class():
     assert set(nk.__all__) <= set(namespace)
 
 
+def test_importing_the_package_does_not_import_torch():
+    """normkernels.torch is imported on its own: NumPy users need no torch."""
+    code = "import sys, normkernels; assert 'torch' not in sys.modules, 'imported'"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+
+
 class LibraryOfVersion:
     """Stands for a loaded library reporting another version."""
     _name = "/elsewhere/libnormkernels.so.0"

@@ -1,0 +1,285 @@
+# SPDX-License-Identifier: Apache-2.0
+"""normkernels.torch: gradients against PyTorch's own in float64 within a bound derived
+from design.md's, training against torch.nn.LayerNorm, the modules as PyTorch's, and
+what is refused or handed to PyTorch (fallback=True)."""
+import copy
+
+import numpy as np
+import pytest
+
+import normkernels as nk
+from reference import backward_reference, data, reference
+
+torch = pytest.importorskip("torch")
+import normkernels.torch as nkt  # noqa: E402 (needs torch)
+
+NAMES = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"]
+F64 = torch.float64
+
+
+def leaf(a, dtype=torch.float32):
+    return torch.from_numpy(a).to(dtype).requires_grad_()
+
+
+def llama_rms_norm(x, weight, eps):
+    """Llama's RMSNorm: x * rsqrt(mean(x^2) + eps) * weight."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+class LlamaRMSNorm(torch.nn.Module):
+    def __init__(self, dim, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = torch.nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return llama_rms_norm(x, self.weight, self.eps)
+
+
+def call(name, x, residual, weight, bias, eps, **kw):
+    """name's function of normkernels.torch over the last axis."""
+    fn = getattr(nkt, name)
+    params = (weight, bias) if "layer" in name else (weight,)
+    inputs = (x, residual) if name.startswith("add") else (x,)
+    return fn(*inputs, x.shape[-1], *params, eps, **kw)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", [(1, 5), (6, 4, 33), (64, 300), (3, 1027)])
+def test_gradients_are_pytorchs_within_the_bound(name, shape):
+    """The gradients of x, residual, weight and bias against PyTorch's own in float64
+    (torch.nn.LayerNorm; Llama's RMSNorm formula), from the forward's float32 sum.
+    Bound: design.md's (ours against the float64 reference from the forward's saved
+    statistics), plus what the saved statistics' own error makes of the exact gradient
+    (the float64 reference at the saved and at the exact statistics), plus both float64
+    computations' rounding (the bound again, u = 2^-53, sums in any order)."""
+    center, fused = "layer" in name, name.startswith("add")
+    cols, eps = shape[-1], 1e-5
+    x, residual = data(shape, 1, offset=2.0), data(shape, 2) if fused else None
+    weight, bias = data((cols,), 3), data((cols,), 4)
+    dy, dsum = data(shape, 5), data(shape, 6) if fused else None
+    # Ours, through autograd.
+    t = {k: None if v is None else leaf(v)
+         for k, v in dict(x=x, residual=residual, weight=weight, bias=bias).items()}
+    outputs = call(name, t["x"], t["residual"], t["weight"], t["bias"], eps)
+    if fused:
+        torch.autograd.backward(outputs, (torch.from_numpy(dy), torch.from_numpy(dsum)))
+    else:
+        outputs.backward(torch.from_numpy(dy))
+    # PyTorch's own in float64, from s = x + residual as the forward rounded it: its
+    # gradient is that of both x and residual.
+    kw = {"return_stats": True, "gamma": weight}
+    if fused:
+        saved = getattr(nk, name)(x, residual, **kw)
+        s = saved[1]
+    else:
+        saved, s = getattr(nk, name)(x, **kw), x
+    s64, w64 = leaf(s, F64), leaf(weight, F64)
+    if center:
+        theirs = torch.nn.LayerNorm(cols, eps=eps, dtype=F64)
+        theirs.weight.data, theirs.bias.data = w64.detach(), leaf(bias, F64).detach()
+        y64 = theirs(s64)
+        params64 = theirs.weight, theirs.bias
+    else:
+        y64, params64 = llama_rms_norm(s64, w64, eps), (w64,)
+    loss = (y64 * torch.from_numpy(dy)).sum()
+    if fused:
+        loss = loss + (s64 * torch.from_numpy(dsum)).sum()
+    loss.backward()
+    # The bound.
+    saved_mean, saved_r = saved[-2:] if center else (None, saved[-1])
+    _, exact_mean, exact_r, _ = reference(x, residual, eps=eps, center=center)
+    at_saved = backward_reference(dy, s, saved_mean, saved_r, weight, dsum)
+    exact = backward_reference(dy, s, exact_mean if center else None, exact_r, weight,
+                               dsum, u=2.0 ** -53, depth=lambda n: n)
+    ours = t["x"].grad, t["weight"].grad, t["bias"].grad
+    pytorchs = (s64.grad,) + tuple(p.grad for p in params64)
+    for i, (got, want) in enumerate(zip(ours, pytorchs)):  # zip: rms_norm has no bias
+        bound = at_saved[3 + i] + np.abs(at_saved[i] - exact[i]) + 2 * exact[3 + i]
+        assert np.all(np.abs(got.numpy() - want.numpy()) <= bound)
+    if fused:
+        assert torch.equal(t["residual"].grad, t["x"].grad)
+    assert (t["bias"].grad is None) == (not center)
+
+
+def training_losses(model, steps=5):
+    """Losses of steps of SGD on a fixed batch."""
+    torch.manual_seed(1)
+    x, target = torch.randn(64, 16), torch.randn(64, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    losses = []
+    for _ in range(steps):
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), target)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+@pytest.mark.parametrize("theirs, ours", [(torch.nn.LayerNorm, nkt.LayerNorm),
+                                          (LlamaRMSNorm, nkt.RMSNorm)])
+def test_training_gives_pytorchs_losses(theirs, ours):
+    """Linear-norm-ReLU-Linear from the same initial weights: the same losses, within
+    1e-5 relative, for five SGD steps."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), theirs(32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4))
+    with torch.no_grad():  # parameters of the norm that matter from the first step
+        for p in model[1].parameters():
+            p.normal_()
+    mine = copy.deepcopy(model)
+    mine[1] = ours(32)
+    mine[1].load_state_dict(model[1].state_dict())
+    want, got = training_losses(model), training_losses(mine)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert got[-1] < got[0]
+
+
+def test_modules_are_pytorchs():
+    """LayerNorm is a torch.nn.LayerNorm (arguments, parameters, state_dict); RMSNorm
+    takes Llama's state_dict; the modules' outputs are the binding's."""
+    theirs = torch.nn.LayerNorm((4, 8), eps=1e-3)
+    ln = nkt.LayerNorm((4, 8), eps=1e-3, device="cpu", dtype=torch.float32)
+    assert isinstance(ln, torch.nn.LayerNorm)
+    assert ln.state_dict().keys() == theirs.state_dict().keys() == {"weight", "bias"}
+    with torch.no_grad():
+        for p in theirs.parameters():
+            p.normal_()
+    ln.load_state_dict(theirs.state_dict())
+    x = torch.from_numpy(data((3, 4, 8), 1))
+    want = nk.layer_norm(x.numpy(), theirs.weight.detach().numpy(),
+                         theirs.bias.detach().numpy(), 1e-3, normalized_shape=(4, 8))
+    np.testing.assert_array_equal(ln(x).detach().numpy(), want)
+    assert nkt.LayerNorm(8, elementwise_affine=False).state_dict() == {}
+    rms = nkt.RMSNorm(8)
+    assert rms.eps == 1e-6 and torch.equal(rms.weight, torch.ones(8))
+    llama = LlamaRMSNorm(8)
+    llama.weight.data.normal_()
+    rms.load_state_dict(llama.state_dict())
+    x = torch.from_numpy(data((5, 8), 2))
+    np.testing.assert_array_equal(
+        rms(x).detach().numpy(), nk.rms_norm(x.numpy(), llama.weight.detach().numpy(),
+                                             1e-6))
+    residual = torch.from_numpy(data((5, 8), 3))
+    for module, fn in ((nkt.AddLayerNorm(8), nk.add_layer_norm),
+                       (nkt.AddRMSNorm(8), nk.add_rms_norm)):
+        y, s = module(x, residual)
+        params = [p.detach().numpy() for p in module.parameters()]
+        want_y, want_s = fn(x.numpy(), residual.numpy(), *params, module.eps)
+        np.testing.assert_array_equal(y.detach().numpy(), want_y)
+        np.testing.assert_array_equal(s.detach().numpy(), want_s)
+    assert "fallback=True" in repr(nkt.RMSNorm(8, fallback=True))
+
+
+def test_gradient_of_one_output_of_the_fused_forms():
+    """As PyTorch: only s used passes its gradient on (no parameter gradient); only y
+    used is dsum = 0; y.sum() (a gradient of stride 0) is the gradient of ones."""
+    x, residual = leaf(data((4, 16), 1)), leaf(data((4, 16), 2))
+    w, b = leaf(data((16,), 3)), leaf(data((16,), 4))
+    _, s = nkt.add_layer_norm(x, residual, 16, w, b)
+    (s * 3).sum().backward()
+    assert torch.equal(x.grad, torch.full((4, 16), 3.0)) and w.grad is None
+    x.grad = residual.grad = None
+    y, _ = nkt.add_layer_norm(x, residual, 16, w, b)
+    y.sum().backward()
+    got = x.grad.clone(), w.grad.clone(), b.grad.clone()
+    for p in (x, residual, w, b):
+        p.grad = None
+    y, s = nkt.add_layer_norm(x, residual, 16, w, b)
+    torch.autograd.backward((y, s), (torch.ones(4, 16), torch.zeros(4, 16)))
+    for a, b_ in zip(got, (x.grad, w.grad, b.grad)):
+        assert torch.equal(a, b_)
+
+
+def test_views_are_read_where_they_lie():
+    """A row-strided view (k of a fused QKV output) is read in place, its gradient
+    reaching the buffer's columns; a transposed one is copied with .contiguous()."""
+    qkv = leaf(data((16, 192), 1))
+    w, dy = leaf(data((64,), 2)), torch.from_numpy(data((16, 64), 3))
+    k = qkv[:, 64:128]
+    assert nkt._rows(k, (64,)) is k
+    y = nkt.rms_norm(k, 64, w)
+    copied = leaf(data((16, 192), 1)[:, 64:128].copy())
+    want = nkt.rms_norm(copied, 64, w)
+    assert torch.equal(y, want)
+    y.backward(dy)
+    want.backward(dy)
+    assert torch.equal(qkv.grad[:, 64:128], copied.grad)
+    assert not qkv.grad[:, :64].any() and not qkv.grad[:, 128:].any()
+    base = leaf(data((64, 10), 4))
+    assert nkt._rows(base.T, (64,)).is_contiguous()
+    copied = leaf(data((64, 10), 4).T.copy())
+    y, want = nkt.layer_norm(base.T, 64), nkt.layer_norm(copied, 64)
+    assert torch.equal(y, want)
+    y.backward(dy[:10])
+    want.backward(dy[:10])
+    assert torch.equal(base.grad.T, copied.grad)
+    every_other = torch.from_numpy(data((128,), 5))[::2]  # weight: copied too
+    assert torch.equal(nkt.rms_norm(k, 64, every_other),
+                       nkt.rms_norm(k, 64, every_other.contiguous()))
+
+
+def test_empty_batch_as_pytorch():
+    x, w, b = leaf(np.empty((0, 8), np.float32)), leaf(data((8,), 1)), leaf(data((8,), 2))
+    y = nkt.layer_norm(x, 8, w, b)
+    y.sum().backward()
+    assert y.shape == (0, 8) and x.grad.shape == (0, 8)
+    assert torch.equal(w.grad, torch.zeros(8)) and torch.equal(b.grad, torch.zeros(8))
+
+
+def test_other_tensors_are_refused_or_given_to_pytorch():
+    x64 = leaf(data((3, 8), 1), F64)
+    with pytest.raises(TypeError, match=r"normkernels.torch.layer_norm: x is a "
+                       r"torch.float64 tensor on cpu .*float32 CPU tensors only "
+                       r"\(fallback=True gives such tensors to PyTorch's own op\)"):
+        nkt.layer_norm(x64, 8)
+    with pytest.raises(TypeError, match="x is a torch.float32 tensor on meta"):
+        nkt.rms_norm(torch.empty(3, 8, device="meta"), 8)
+    x = leaf(data((3, 8), 2))
+    with pytest.raises(TypeError, match="add_rms_norm: residual is a torch.float16"):
+        nkt.add_rms_norm(x, x.detach().half(), 8)
+    with pytest.raises(TypeError, match="weight is a torch.float64"):
+        nkt.layer_norm(x, 8, torch.ones(8, dtype=F64))
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, not ndarray"):
+        nkt.layer_norm(data((3, 8), 3), 8, fallback=True)
+    with pytest.raises(TypeError, match="RMSNorm: weight is a torch.float64"):
+        nkt.RMSNorm(8, dtype=F64)
+    with pytest.raises(TypeError, match="LayerNorm: weight is a torch.float32 tensor "
+                       "on meta"):
+        nkt.LayerNorm(8, device="meta")
+    with pytest.raises(TypeError, match="x is a torch.float64"):
+        nkt.LayerNorm(8)(x64)
+    # fallback=True: PyTorch's own ops, gradients included.
+    w64 = leaf(data((8,), 4), F64)
+    y = nkt.layer_norm(x64, 8, w64, fallback=True)
+    want = torch.nn.functional.layer_norm(x64, (8,), w64)
+    assert torch.equal(y, want)
+    g = torch.autograd.grad(y.sum(), (x64, w64))
+    assert all(torch.equal(a, b) for a, b in zip(g, torch.autograd.grad(want.sum(),
+                                                                        (x64, w64))))
+    y, s = nkt.add_rms_norm(x64, x64, 8, w64, fallback=True)
+    assert torch.equal(s, 2 * x64) and torch.equal(y, llama_rms_norm(s, w64, 1e-6))
+    module = nkt.LayerNorm(8, dtype=F64, fallback=True)
+    assert torch.equal(module(x64), torch.nn.LayerNorm(8, dtype=F64)(x64))
+    assert torch.equal(nkt.RMSNorm(8, fallback=True).double()(x64),
+                       llama_rms_norm(x64, torch.ones(8, dtype=F64), 1e-6))
+    y = nkt.RMSNorm(8, fallback=True)(x)  # float32: the library's still
+    np.testing.assert_array_equal(y.detach().numpy(),
+                                  nk.rms_norm(x.detach().numpy(), eps=1e-6))
+
+
+def test_wrong_shapes_name_the_argument():
+    x = torch.from_numpy(data((3, 8), 1))
+    with pytest.raises(ValueError, match=r"residual has shape \(3, 7\); expected x's "
+                       r"\(3, 8\)"):
+        nkt.add_layer_norm(x, x[:, :7], 8)
+    with pytest.raises(ValueError, match=r"weight has shape \(7,\); expected "
+                       r"normalized_shape \(8,\)"):
+        nkt.layer_norm(x, 8, torch.ones(7))
+    with pytest.raises(ValueError, match=r"bias has shape \(8, 1\)"):
+        nkt.layer_norm(x, [8], None, torch.zeros(8, 1))
+    with pytest.raises(ValueError, match=r"normalized_shape \(4,\) does not match x's"):
+        nkt.rms_norm(x, 4)
+    with pytest.raises(nk.NormKernelsError, match="eps"):
+        nkt.layer_norm(x, 8, eps=-1.0)
