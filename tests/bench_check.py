@@ -28,14 +28,18 @@ for i, isas in enumerate(processes):
                    check=True)
 
 TENSORS = {"layernorm": 2, "rmsnorm": 2, "add_layernorm": 4, "add_rmsnorm": 4,
+           "layernorm_backward": 3, "rmsnorm_backward": 3, "add_layernorm_backward": 4,
+           "add_rmsnorm_backward": 4,
            "batchnorm_training": 2, "batchnorm_inference": 2, "batchnorm_moments": 1}
-WITH_ONEDNN = ("layernorm", "batchnorm_training", "batchnorm_inference")
+WITH_ONEDNN = ("layernorm", "layernorm_backward", "batchnorm_training",
+               "batchnorm_inference")
 SHAPES = "(1024x1024|8x512x7x7 NCHW|32x64x56x56 NHWC)"
 PLACES = "/offset:(0|16)/threads:1/"
 FILTER = "|".join([
     f"^[a-z_]+/[A-Z0-9_]+/{SHAPES}{PLACES}", f"^onednn_[a-z_]+/{SHAPES}{PLACES}",
     # the copies of their bytes: x and y (and the residual and sum) of each shape
-    f"^copy_(memcpy|nt)/floats:(1048576|2097152|200704|100352|6422528|3211264){PLACES}"])
+    f"^copy_(memcpy|nt)/floats:(1048576|1572864|2097152|200704|100352|6422528|3211264)"
+    f"{PLACES}"])
 
 
 def cap(isa):
@@ -60,9 +64,11 @@ def check(data, isas, full):
         assert data["onednn_isa"] == cap(data["isas"][0]), (isas, data["onednn_isa"])
     cases = data["cases"]
     bn = ["batchnorm_training", "batchnorm_inference"] + ["batchnorm_moments"] * full
-    want = [("layernorm", "1024x1024")] + [(k, "32x64x56x56 NHWC") for k in bn]
+    want = [(k, "1024x1024") for k in ("layernorm", "layernorm_backward")]
+    want += [(k, "32x64x56x56 NHWC") for k in bn]
     if full:
-        want += [(k, "1024x1024") for k in ("rmsnorm", "add_layernorm", "add_rmsnorm")]
+        want += [(k + b, "1024x1024") for k in ("rmsnorm", "add_layernorm", "add_rmsnorm")
+                 for b in ("", "_backward")]
         want += [(k, "8x512x7x7 NCHW") for k in bn]
     got = sorted((c["kernel"], c["shape"], c["offset"]) for c in cases)
     assert got == sorted((k, s, o) for k, s in want for o in (0, 16)), (isas, got)
