@@ -92,15 +92,20 @@ def arrays(tensors):
     return tuple(t.numpy() for t in tensors)
 
 
+def row_inputs(rng, rows, cols):
+    """x, a second array of its shape (residual or dy), gamma and beta: aligned."""
+    x, other = (aligned(rng.standard_normal((rows, cols), dtype=np.float32))
+                for _ in range(2))
+    return (x, other, aligned(1 + 0.1 * rng.standard_normal(cols)),
+            aligned(0.1 * rng.standard_normal(cols)))
+
+
 def rownorm_cases(rng):
     """The LayerNorm family's cases. Each case is timed before the next is made, so
     the functions may use the loops' variables."""
     for rows, cols, what in [(8, 4096, "decode, 7B"), (512, 768, "BERT-base"),
                              (256, 4096, "4 MiB"), (2048, 4096, "prefill, 7B")]:
-        x = aligned(rng.standard_normal((rows, cols), dtype=np.float32))
-        r = aligned(rng.standard_normal((rows, cols), dtype=np.float32))
-        g = aligned(1 + 0.1 * rng.standard_normal(cols))
-        b = aligned(0.1 * rng.standard_normal(cols))
+        x, r, g, b = row_inputs(rng, rows, cols)
         y, s = aligned(x), aligned(x)
         tx, tr, tg, tb, ts = (torch.from_numpy(a) for a in (x, r, g, b, s))
         shape = f"{rows}x{cols} ({what})"
@@ -124,10 +129,7 @@ def train_cases(rng):
     The library's two forms are rows of their own beside the same PyTorch figure."""
     for rows, cols, what in [(8, 4096, "7B, 8 tokens"), (512, 768, "BERT-base"),
                              (256, 4096, "4 MiB"), (4096, 4096, "7B, 4096 tokens")]:
-        x = aligned(rng.standard_normal((rows, cols), dtype=np.float32))
-        dy = aligned(rng.standard_normal((rows, cols), dtype=np.float32))
-        g = aligned(1 + 0.1 * rng.standard_normal(cols))
-        b = aligned(0.1 * rng.standard_normal(cols))
+        x, dy, g, b = row_inputs(rng, rows, cols)
         y, dx = aligned(x), aligned(x)
         tdy = torch.from_numpy(dy)
         # Leaves of the same memory for each autograd side, each with its own .grad.
