@@ -8,16 +8,22 @@ Hugging Face's Llama writes it, since this PyTorch has no F.rms_norm) and the
 normkernels binding with preallocated outputs (PyTorch has no out= for these and
 allocates; run this with glibc's mmap turned off, MALLOC_MMAP_MAX_=0, as
 scripts/bench.sh does, so that its large outputs are reused memory rather than fresh
-pages, as with the caching allocators PyTorch recommends). Tensors lie on 64-byte
-boundaries, as PyTorch's allocator places them. Batches of calls of the two sides
-alternate, so that both see the same drift of the machine's speed; each figure is the
+pages, as with the caching allocators PyTorch recommends). Training steps (forward,
+then backward from a given dy, gradients cleared before each as zero_grad does) of
+LayerNorm and RMSNorm set PyTorch's autograd against two forms of the library: the
+binding (forward with return_stats, then layer_norm_backward, preallocated y and dx)
+and normkernels.torch's autograd Functions, which a PyTorch user runs. Tensors lie on
+64-byte boundaries, as PyTorch's allocator places them. Batches of calls of the sides
+alternate, so that all see the same drift of the machine's speed; each figure is the
 median over the batches, beside the batches' spread (coefficient of variation), with a
-warning when the spreads say the machine was busy. Each case first checks that both
-sides give the same y (within 1e-3). Prints the table; --out writes it to
-DIR/torch_compare.md, --update to DOC's torch section (between its torch markers).
---quick (ctest) runs the first three cases of each kind, three batches each.
+warning when the spreads say the machine was busy. Each case first checks that the
+sides give the same y, or dx and the parameters' gradients (within 1e-3). Prints the
+table; --out writes it to DIR/torch_compare.md, --update to DOC's torch section
+(between its torch markers). --quick (ctest) runs the first three cases of each kind,
+three batches each.
 """
 import argparse
+import collections
 import os
 import re
 import sys
@@ -35,11 +41,18 @@ except ImportError:
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "python"))
 import normkernels as nk  # noqa: E402
+from normkernels import torch as nk_torch  # noqa: E402
 import reporting  # noqa: E402 (beside this file)
 
 EPS = 1e-5
 BATCHES = 7
 BATCH_SECONDS = 0.02
+
+# A case: PyTorch's function (torch) and the library's (ours: {the op of its row:
+# function}); layout turns PyTorch's results into arrays laid out as the library's,
+# outputs names them in the message of a failed check.
+Case = collections.namedtuple("Case", "shape torch ours layout outputs",
+                              defaults=(torch.Tensor.numpy, ("y",)))
 
 
 def per_call(fns, batches):
@@ -70,34 +83,92 @@ def aligned(a):
     return out
 
 
+def llama_rms_norm(x, weight):
+    """RMSNorm as Hugging Face's Llama writes it (this PyTorch has no F.rms_norm)."""
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * weight
+
+
+def arrays(tensors):
+    return tuple(t.numpy() for t in tensors)
+
+
+def row_inputs(rng, rows, cols):
+    """x, a second array of its shape (residual or dy), gamma and beta: aligned."""
+    x, other = (aligned(rng.standard_normal((rows, cols), dtype=np.float32))
+                for _ in range(2))
+    return (x, other, aligned(1 + 0.1 * rng.standard_normal(cols)),
+            aligned(0.1 * rng.standard_normal(cols)))
+
+
 def rownorm_cases(rng):
-    """(op, shape, torch fn, normkernels fn, torch's y as normkernels lays it out) of
-    the LayerNorm family. Each case is timed before the next is made, so the functions
-    may use the loops' variables."""
+    """The LayerNorm family's cases. Each case is timed before the next is made, so
+    the functions may use the loops' variables."""
     for rows, cols, what in [(8, 4096, "decode, 7B"), (512, 768, "BERT-base"),
                              (256, 4096, "4 MiB"), (2048, 4096, "prefill, 7B")]:
-        x = aligned(rng.standard_normal((rows, cols), dtype=np.float32))
-        r = aligned(rng.standard_normal((rows, cols), dtype=np.float32))
-        g = aligned(1 + 0.1 * rng.standard_normal(cols))
-        b = aligned(0.1 * rng.standard_normal(cols))
+        x, r, g, b = row_inputs(rng, rows, cols)
         y, s = aligned(x), aligned(x)
         tx, tr, tg, tb, ts = (torch.from_numpy(a) for a in (x, r, g, b, s))
         shape = f"{rows}x{cols} ({what})"
 
-        def rms(t):
-            return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + EPS) * tg
+        yield Case(shape, lambda: F.layer_norm(tx, (cols,), tg, tb, EPS),
+                   {"layer_norm": lambda: nk.layer_norm(x, g, b, EPS, out=y)})
+        yield Case(shape, lambda: llama_rms_norm(tx, tg),
+                   {"rms_norm": lambda: nk.rms_norm(x, g, EPS, out=y)})
 
-        yield ("layer_norm", shape, lambda: F.layer_norm(tx, (cols,), tg, tb, EPS),
-               lambda: nk.layer_norm(x, g, b, EPS, out=y), torch.Tensor.numpy)
-        yield ("rms_norm", shape, lambda: rms(tx), lambda: nk.rms_norm(x, g, EPS, out=y),
-               torch.Tensor.numpy)
         def add_layer_norm():  # the sum into a preallocated tensor, as the library's
             torch.add(tx, tr, out=ts)
             return F.layer_norm(ts, (cols,), tg, tb, EPS)
 
-        yield ("add_layer_norm", shape, add_layer_norm,
-               lambda: nk.add_layer_norm(x, r, g, b, EPS, out=y, sum_out=s)[0],
-               torch.Tensor.numpy)
+        yield Case(shape, add_layer_norm, {"add_layer_norm": lambda: nk.add_layer_norm(
+            x, r, g, b, EPS, out=y, sum_out=s)[0]})
+
+
+def train_cases(rng):
+    """Training steps of LayerNorm and RMSNorm: PyTorch's autograd, the binding and
+    normkernels.torch's autograd, each giving the gradients of x and the parameters.
+    The library's two forms are rows of their own beside the same PyTorch figure."""
+    for rows, cols, what in [(8, 4096, "7B, 8 tokens"), (512, 768, "BERT-base"),
+                             (256, 4096, "4 MiB"), (4096, 4096, "7B, 4096 tokens")]:
+        x, dy, g, b = row_inputs(rng, rows, cols)
+        y, dx = aligned(x), aligned(x)
+        tdy = torch.from_numpy(dy)
+        # Leaves of the same memory for each autograd side, each with its own .grad.
+        theirs, ours = ([torch.from_numpy(a).requires_grad_() for a in (x, g, b)]
+                        for _ in range(2))
+        shape = f"{rows}x{cols} ({what})"
+
+        def step(norm, leaves):
+            """One autograd step: gradients cleared, forward, backward from dy."""
+            for t in leaves:
+                t.grad = None
+            norm(*leaves).backward(tdy)
+            return tuple(t.grad for t in leaves)
+
+        def layer_norm():
+            _, mean, rstd = nk.layer_norm(x, g, b, EPS, out=y, return_stats=True)
+            return nk.layer_norm_backward(dy, x, mean, rstd, g, out=dx)
+
+        def rms_norm():
+            _, rrms = nk.rms_norm(x, g, EPS, out=y, return_stats=True)
+            return nk.rms_norm_backward(dy, x, rrms, g, out=dx)
+
+        def torch_layer_norm(t, weight, bias):
+            return F.layer_norm(t, (cols,), weight, bias, EPS)
+
+        def ours_layer_norm(t, weight, bias):
+            return nk_torch.layer_norm(t, (cols,), weight, bias, EPS)
+
+        def ours_rms_norm(t, weight):
+            return nk_torch.rms_norm(t, (cols,), weight, EPS)
+
+        yield Case(shape, lambda: step(torch_layer_norm, theirs), {
+            "layer_norm train": layer_norm,
+            "layer_norm train, normkernels.torch": lambda: step(ours_layer_norm, ours)},
+            arrays, ("dx", "dgamma", "dbeta"))
+        yield Case(shape, lambda: step(llama_rms_norm, theirs[:2]), {
+            "rms_norm train": rms_norm,
+            "rms_norm train, normkernels.torch": lambda: step(ours_rms_norm, ours[:2])},
+            arrays, ("dx", "dgamma"))
 
 
 def batchnorm_cases(rng):
@@ -126,12 +197,12 @@ def batchnorm_cases(rng):
                       else torch.Tensor.numpy)
             for training in (True, False):
                 t_mean, t_var, n_mean, n_var = stats[training]
-                yield (f"batch_norm {'training' if training else 'inference'}", shape,
-                       lambda: F.batch_norm(tx, t_mean, t_var, tg, tb, training, 0.1,
-                                            EPS),
-                       lambda: nk.batch_norm(nx, n_mean, n_var, g, b, training, 0.1, EPS,
-                                             channels_last, out=y),
-                       layout)
+                op = f"batch_norm {'training' if training else 'inference'}"
+                yield Case(shape, lambda: F.batch_norm(tx, t_mean, t_var, tg, tb,
+                                                       training, 0.1, EPS),
+                           {op: lambda: nk.batch_norm(nx, n_mean, n_var, g, b, training,
+                                                      0.1, EPS, channels_last, out=y)},
+                           layout)
 
 
 def torch_isa():
@@ -144,6 +215,19 @@ HEAD = ["| op | shape | threads | PyTorch us | cv % | normkernels us | cv % | sp
         "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
 
 
+def check(case):
+    """Exits unless each of the library's functions gives PyTorch's outputs."""
+    theirs = case.layout(case.torch())
+    theirs = theirs if isinstance(theirs, tuple) else (theirs,)
+    for op, fn in case.ours.items():
+        ours = fn()
+        ours = ours if isinstance(ours, tuple) else (ours,)
+        for name, a, b in zip(case.outputs, ours, theirs, strict=True):
+            if not np.allclose(np.asarray(a), b, rtol=1e-3, atol=1e-3):
+                sys.exit(f"torch_compare: {op} {case.shape}: the two sides' {name} "
+                         "differ")
+
+
 def table(threads, batches, quick):
     """The table's rows, printed as they are measured, and the spreads by case."""
     rng = np.random.default_rng(0)
@@ -151,19 +235,20 @@ def table(threads, batches, quick):
     for t in threads:
         torch.set_num_threads(t)
         nk.set_num_threads(t)
-        for cases in (rownorm_cases, batchnorm_cases):
-            for k, (op, shape, torch_fn, nk_fn, layout) in enumerate(cases(rng)):
+        for cases in (rownorm_cases, train_cases, batchnorm_cases):
+            for k, case in enumerate(cases(rng)):
                 if quick and k >= 3:
                     break
-                if not np.allclose(nk_fn(), layout(torch_fn()), rtol=1e-3, atol=1e-3):
-                    sys.exit(f"torch_compare: {op} {shape}: the two sides' y differ")
-                (torch_s, torch_cv), (nk_s, nk_cv) = per_call([torch_fn, nk_fn], batches)
-                case = f"{op} {shape}, {t} threads"
-                cvs[f"PyTorch {case}"], cvs[f"normkernels {case}"] = torch_cv, nk_cv
-                lines.append(f"| {op} | {shape} | {t} | {torch_s * 1e6:.1f} | "
-                             f"{torch_cv * 100:.1f} | {nk_s * 1e6:.1f} | "
-                             f"{nk_cv * 100:.1f} | {torch_s / nk_s:.2f} |")
-                print(lines[-1], flush=True)
+                check(case)
+                (torch_s, torch_cv), *ours = per_call(
+                    [case.torch, *case.ours.values()], batches)
+                for op, (nk_s, nk_cv) in zip(case.ours, ours):
+                    name = f"{op} {case.shape}, {t} threads"
+                    cvs[f"PyTorch {name}"], cvs[f"normkernels {name}"] = torch_cv, nk_cv
+                    lines.append(f"| {op} | {case.shape} | {t} | {torch_s * 1e6:.1f} | "
+                                 f"{torch_cv * 100:.1f} | {nk_s * 1e6:.1f} | "
+                                 f"{nk_cv * 100:.1f} | {torch_s / nk_s:.2f} |")
+                    print(lines[-1], flush=True)
     return lines, cvs
 
 
