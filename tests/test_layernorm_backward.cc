@@ -175,8 +175,9 @@ TEST_P(LayerNormBackwardTest, BitwiseEqualAcrossThreadCounts) {
   struct Shape {
     size_t rows, cols;
   };
-  // Parts of 16 rows, parts of 4, chunked long rows, streamed tensors.
-  for (Shape s : {Shape{200, 1000}, Shape{70, 300}, Shape{3, 40000}, Shape{9, 4099},
+  // Parts of 16 rows, parts of 4, chunked long rows, streamed tensors: each large
+  // enough for 2 and 3 threads (the backward takes a thread per 65536 elements).
+  for (Shape s : {Shape{200, 1000}, Shape{60, 2500}, Shape{3, 50000}, Shape{9, 16001},
                   Shape{1024, 3072}}) {
     for (Op op : kAllOps) {
       GradCase c;
