@@ -2,7 +2,9 @@
 // cases_layernorm.cc: the LayerNorm family's benchmark cases, forward and backward: the
 // cells the documentation compares and a size sweep for the plot; with --full, rows x
 // cols tensors of 4 and 64 MiB, transformer shapes and one long row, for every op.
+#include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "normkernels.h"
@@ -14,11 +16,21 @@ namespace {
 enum class Op { kLayerNorm, kRmsNorm, kAddLayerNorm, kAddRmsNorm };
 const char* const kOpNames[] = {"layernorm", "rmsnorm", "add_layernorm", "add_rmsnorm"};
 
+// Registers case c (kernel, shape, bytes and output set) running `body` at c's ISA and
+// threads.
+void RegisterAtIsa(const Case& c, std::function<void()> body) {
+  const std::string isa = c.isa;
+  const int threads = c.threads;
+  Register(
+      c.kernel + "/" + isa + "/" + c.shape + Placement(c.offset, threads), c,
+      [=] { return nk_set_isa(isa.c_str()) == NK_OK && nk_set_num_threads(threads) == NK_OK; },
+      std::move(body));
+}
+
 // Registers `op` on rows x cols with the ISA, threads, offset, group and main of `c`.
 void RegisterRowNorm(Op op, size_t rows, size_t cols, Case c) {
   const size_t n = rows * cols, off = c.offset;
   const bool fused = op == Op::kAddLayerNorm || op == Op::kAddRmsNorm;
-  const std::string isa = c.isa;
   const int threads = c.threads;
   c.kernel = kOpNames[static_cast<int>(op)];
   c.shape = std::to_string(rows) + "x" + std::to_string(cols);
@@ -36,25 +48,22 @@ void RegisterRowNorm(Op op, size_t rows, size_t cols, Case c) {
   const float* b = Beta(cols, off);
   c.out = y;
   c.out_n = n;
-  Register(
-      c.kernel + "/" + isa + "/" + c.shape + Placement(off, threads), c,
-      [=] { return nk_set_isa(isa.c_str()) == NK_OK && nk_set_num_threads(threads) == NK_OK; },
-      [=] {
-        switch (op) {
-          case Op::kLayerNorm:
-            nk_layernorm_forward_f32(rows, cols, x, g, b, 1e-5f, y, mean, rstd);
-            break;
-          case Op::kRmsNorm:
-            nk_rmsnorm_forward_f32(rows, cols, x, g, 1e-5f, y, rstd);
-            break;
-          case Op::kAddLayerNorm:
-            nk_add_layernorm_forward_f32(rows, cols, x, res, g, b, 1e-5f, sum, y, mean, rstd);
-            break;
-          case Op::kAddRmsNorm:
-            nk_add_rmsnorm_forward_f32(rows, cols, x, res, g, 1e-5f, sum, y, rstd);
-            break;
-        }
-      });
+  RegisterAtIsa(c, [=] {
+    switch (op) {
+      case Op::kLayerNorm:
+        nk_layernorm_forward_f32(rows, cols, x, g, b, 1e-5f, y, mean, rstd);
+        break;
+      case Op::kRmsNorm:
+        nk_rmsnorm_forward_f32(rows, cols, x, g, 1e-5f, y, rstd);
+        break;
+      case Op::kAddLayerNorm:
+        nk_add_layernorm_forward_f32(rows, cols, x, res, g, b, 1e-5f, sum, y, mean, rstd);
+        break;
+      case Op::kAddRmsNorm:
+        nk_add_rmsnorm_forward_f32(rows, cols, x, res, g, 1e-5f, sum, y, rstd);
+        break;
+    }
+  });
 }
 
 // Registers the backward of `op` (dx, dgamma and, LayerNorm's, dbeta) on rows x cols
@@ -62,7 +71,6 @@ void RegisterRowNorm(Op op, size_t rows, size_t cols, Case c) {
 void RegisterRowNormBackward(Op op, size_t rows, size_t cols, Case c) {
   const size_t n = rows * cols, off = c.offset;
   const bool fused = op == Op::kAddLayerNorm || op == Op::kAddRmsNorm;
-  const std::string isa = c.isa;
   const int threads = c.threads;
   c.kernel = std::string(kOpNames[static_cast<int>(op)]) + "_backward";
   c.shape = std::to_string(rows) + "x" + std::to_string(cols);
@@ -81,26 +89,23 @@ void RegisterRowNormBackward(Op op, size_t rows, size_t cols, Case c) {
   const float* g = Gamma(cols, off);
   c.out = dx;
   c.out_n = n;
-  Register(
-      c.kernel + "/" + isa + "/" + c.shape + Placement(off, threads), c,
-      [=] { return nk_set_isa(isa.c_str()) == NK_OK && nk_set_num_threads(threads) == NK_OK; },
-      [=] {
-        switch (op) {
-          case Op::kLayerNorm:
-            nk_layernorm_backward_f32(rows, cols, x, dy, mean, rstd, g, dx, dgamma, dbeta);
-            break;
-          case Op::kRmsNorm:
-            nk_rmsnorm_backward_f32(rows, cols, x, dy, rstd, g, dx, dgamma);
-            break;
-          case Op::kAddLayerNorm:
-            nk_add_layernorm_backward_f32(rows, cols, x, dy, dsum, mean, rstd, g, dx,
-                                          dgamma, dbeta);
-            break;
-          case Op::kAddRmsNorm:
-            nk_add_rmsnorm_backward_f32(rows, cols, x, dy, dsum, rstd, g, dx, dgamma);
-            break;
-        }
-      });
+  RegisterAtIsa(c, [=] {
+    switch (op) {
+      case Op::kLayerNorm:
+        nk_layernorm_backward_f32(rows, cols, x, dy, mean, rstd, g, dx, dgamma, dbeta);
+        break;
+      case Op::kRmsNorm:
+        nk_rmsnorm_backward_f32(rows, cols, x, dy, rstd, g, dx, dgamma);
+        break;
+      case Op::kAddLayerNorm:
+        nk_add_layernorm_backward_f32(rows, cols, x, dy, dsum, mean, rstd, g, dx,
+                                      dgamma, dbeta);
+        break;
+      case Op::kAddRmsNorm:
+        nk_add_rmsnorm_backward_f32(rows, cols, x, dy, dsum, rstd, g, dx, dgamma);
+        break;
+    }
+  });
 }
 
 constexpr size_t kCols[] = {64, 256, 768, 1024, 4096, 8192};

@@ -119,16 +119,26 @@ std::string CapOneDnn(const std::string& isa) {
   return IsaName(effective);
 }
 
+// The memory of a rows x cols LayerNorm: the tensors, the per-row statistics, and
+// gamma / beta.
+struct LayerNormMemory {
+  dnnl::memory::desc data, stat, param;
+  LayerNormMemory(size_t rows, size_t cols) {
+    using dnnl::memory;
+    const auto r = static_cast<memory::dim>(rows), c = static_cast<memory::dim>(cols);
+    data = memory::desc({r, c}, memory::data_type::f32, memory::format_tag::ab);
+    stat = memory::desc({r}, memory::data_type::f32, memory::format_tag::a);
+    param = memory::desc({c}, memory::data_type::f32, memory::format_tag::a);
+  }
+};
+
 std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads, size_t offset) {
-  using dnnl::memory;
   const ThreadsDuringCreation creation(threads);
   const size_t n = rows * cols;
-  const memory::dims dims = {static_cast<memory::dim>(rows), static_cast<memory::dim>(cols)};
-  const memory::desc data(dims, memory::data_type::f32, memory::format_tag::ab);
-  const memory::desc stat({static_cast<memory::dim>(rows)}, memory::data_type::f32,
-                          memory::format_tag::a);
-  const memory::desc param({static_cast<memory::dim>(cols)}, memory::data_type::f32,
-                           memory::format_tag::a);
+  const LayerNormMemory m(rows, cols);
+  const auto& data = m.data;
+  const auto& stat = m.stat;
+  const auto& param = m.param;
   const dnnl::layer_normalization_forward::desc desc(
       dnnl::prop_kind::forward_training, data, stat, 1e-5f,
       dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift);
@@ -146,15 +156,12 @@ std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads, size_t offset
 }
 
 std::string OneDnnLayerNormBackward(size_t rows, size_t cols, int threads, size_t offset) {
-  using dnnl::memory;
   const ThreadsDuringCreation creation(threads);
   const size_t n = rows * cols;
-  const memory::dims dims = {static_cast<memory::dim>(rows), static_cast<memory::dim>(cols)};
-  const memory::desc data(dims, memory::data_type::f32, memory::format_tag::ab);
-  const memory::desc stat({static_cast<memory::dim>(rows)}, memory::data_type::f32,
-                          memory::format_tag::a);
-  const memory::desc param({static_cast<memory::dim>(cols)}, memory::data_type::f32,
-                           memory::format_tag::a);
+  const LayerNormMemory m(rows, cols);
+  const auto& data = m.data;
+  const auto& stat = m.stat;
+  const auto& param = m.param;
   const auto flags =
       dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
   const dnnl::layer_normalization_forward::primitive_desc hint(
