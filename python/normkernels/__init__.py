@@ -169,6 +169,8 @@ def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stat
     eps = _float32(eps, "eps")
     x, ldx, lead, norm, cols = _rows(x, "x", normalized_shape)
     rows, k = x.size // cols, len(lead)
+    if return_sum and residual is None:  # the fused forms: not a plain norm
+        raise TypeError("residual must be a numpy.ndarray, not NoneType")
     residual, ldr = _rows_like(residual, "residual", x, k, cols)
     gamma = _array(gamma, "gamma", norm)
     beta = _array(beta, "beta", norm)
@@ -181,7 +183,7 @@ def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stat
     mean = np.empty(lead, np.float32) if (return_stats and center) else None
     rstd = np.empty(lead, np.float32) if return_stats else None
     p = _ptr if ldx == ldy == ldr == lds == cols else _view_ptr  # quicker for views
-    _forward_call(center, residual is not None, rows, cols, p(x), ldx, p(residual), ldr,
+    _forward_call(center, return_sum, rows, cols, p(x), ldx, p(residual), ldr,
                   _ptr(gamma), _ptr(beta), eps, p(s), lds, p(y), ldy, _ptr(mean),
                   _ptr(rstd))
     result = (y,)

@@ -180,6 +180,8 @@ def _norm(function, center, x, residual, normalized_shape, weight, bias, eps,
           fallback):
     """The four functions: the library's Function, or PyTorch's op with fallback."""
     norm = _shape(normalized_shape)
+    if residual is None and function.startswith("add_"):  # not y alone
+        raise TypeError("residual must be a torch.Tensor, not NoneType")
     if not _ours(function, fallback, x, residual, weight, bias):
         s = x if residual is None else x + residual
         if center:

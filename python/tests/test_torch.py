@@ -368,3 +368,8 @@ def test_wrong_shapes_name_the_argument():
         nkt.rms_norm(x, 4)
     with pytest.raises(nk.NormKernelsError, match="eps"):
         nkt.layer_norm(x, 8, eps=-1.0)
+    for add in (nkt.add_layer_norm, nkt.add_rms_norm):  # not y alone
+        for fallback in (False, True):
+            with pytest.raises(TypeError, match="residual must be a torch.Tensor, not "
+                               "NoneType"):
+                add(x, None, 8, fallback=fallback)
