@@ -102,27 +102,29 @@ def set_num_threads(n):
 
 # ---------------------------------------------------------------- LayerNorm family
 
-def _row_shape(x, normalized_shape, name="x"):
-    """(leading shape, normalized shape, elements of a row) of x: the last axis by
-    default."""
+def _row_shape(shape, normalized_shape, name="x"):
+    """(leading shape, normalized shape, elements of a row) of an array of this shape:
+    the last axis by default."""
     if normalized_shape is None:
-        shape = x.shape
         if not shape:
             raise ValueError(f"{name} must have at least one dimension (the normalized "
                              "one)")
         if shape[-1]:
             return shape[:-1], shape[-1:], shape[-1]
-        norm = shape[-1:]
-    else:
-        norm = _int_tuple(normalized_shape, "normalized_shape")
-        if not norm:
-            raise ValueError("normalized_shape must have at least one dimension")
-        lead = x.shape[:x.ndim - len(norm)]
-        if len(norm) > x.ndim or x.shape[len(lead):] != norm:
-            raise ValueError(f"normalized_shape {norm} does not match {name}'s "
-                             f"trailing dimensions: {name} has shape {x.shape}")
-        if 0 not in norm:
-            return lead, norm, math.prod(norm)
+        return _split_rows(shape, shape[-1:], name)
+    return _split_rows(shape, _int_tuple(normalized_shape, "normalized_shape"), name)
+
+
+def _split_rows(shape, norm, name):
+    """_row_shape of shape over norm, a tuple of ints (a parsed normalized_shape)."""
+    if not norm:
+        raise ValueError("normalized_shape must have at least one dimension")
+    lead = shape[:len(shape) - len(norm)]
+    if len(norm) > len(shape) or shape[len(lead):] != norm:
+        raise ValueError(f"normalized_shape {norm} does not match {name}'s trailing "
+                         f"dimensions: {name} has shape {shape}")
+    if 0 not in norm:
+        return lead, norm, math.prod(norm)
     raise ValueError(f"{name}'s normalized dimensions {norm} hold no element; a row "
                      "must have at least one")
 
@@ -137,7 +139,7 @@ def _rows(x, name, normalized_shape):
     """x checked as the rows a LayerNorm-family call reads: (x, its row stride, leading
     shape, normalized shape, elements of a row)."""
     x = _array(x, name, contiguous=False)
-    lead, norm, cols = _row_shape(x, normalized_shape, name)
+    lead, norm, cols = _row_shape(x.shape, normalized_shape, name)
     return x, _row_stride(x, name, len(lead), cols), lead, norm, cols
 
 
@@ -167,6 +169,8 @@ def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stat
     eps = _float32(eps, "eps")
     x, ldx, lead, norm, cols = _rows(x, "x", normalized_shape)
     rows, k = x.size // cols, len(lead)
+    if return_sum and residual is None:  # the fused forms: not a plain norm
+        raise TypeError("residual must be a numpy.ndarray, not NoneType")
     residual, ldr = _rows_like(residual, "residual", x, k, cols)
     gamma = _array(gamma, "gamma", norm)
     beta = _array(beta, "beta", norm)
@@ -178,46 +182,50 @@ def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stat
         s = np.empty(x.shape, np.float32)
     mean = np.empty(lead, np.float32) if (return_stats and center) else None
     rstd = np.empty(lead, np.float32) if return_stats else None
-    if ldx == ldy == ldr == lds == cols:  # the contiguous forms: 4 arguments less
-        if residual is None and center:
-            status = _lib.nk_layernorm_forward_f32(
-                rows, cols, _ptr(x), _ptr(gamma), _ptr(beta), eps, _ptr(y), _ptr(mean),
-                _ptr(rstd))
-        elif residual is None:
-            status = _lib.nk_rmsnorm_forward_f32(
-                rows, cols, _ptr(x), _ptr(gamma), eps, _ptr(y), _ptr(rstd))
-        elif center:
-            status = _lib.nk_add_layernorm_forward_f32(
-                rows, cols, _ptr(x), _ptr(residual), _ptr(gamma), _ptr(beta), eps,
-                _ptr(s), _ptr(y), _ptr(mean), _ptr(rstd))
-        else:
-            status = _lib.nk_add_rmsnorm_forward_f32(
-                rows, cols, _ptr(x), _ptr(residual), _ptr(gamma), eps, _ptr(s), _ptr(y),
-                _ptr(rstd))
-    else:
-        px, pr, ps, py = _view_ptr(x), _view_ptr(residual), _view_ptr(s), _view_ptr(y)
-        if residual is None and center:
-            status = _lib.nk_layernorm_forward_strided_f32(
-                rows, cols, px, ldx, _ptr(gamma), _ptr(beta), eps, py, ldy, _ptr(mean),
-                _ptr(rstd))
-        elif residual is None:
-            status = _lib.nk_rmsnorm_forward_strided_f32(
-                rows, cols, px, ldx, _ptr(gamma), eps, py, ldy, _ptr(rstd))
-        elif center:
-            status = _lib.nk_add_layernorm_forward_strided_f32(
-                rows, cols, px, ldx, pr, ldr, _ptr(gamma), _ptr(beta), eps, ps, lds, py,
-                ldy, _ptr(mean), _ptr(rstd))
-        else:
-            status = _lib.nk_add_rmsnorm_forward_strided_f32(
-                rows, cols, px, ldx, pr, ldr, _ptr(gamma), eps, ps, lds, py, ldy,
-                _ptr(rstd))
-    _check(status)
+    p = _ptr if ldx == ldy == ldr == lds == cols else _view_ptr  # quicker for views
+    _forward_call(center, return_sum, rows, cols, p(x), ldx, p(residual), ldr,
+                  _ptr(gamma), _ptr(beta), eps, p(s), lds, p(y), ldy, _ptr(mean),
+                  _ptr(rstd))
     result = (y,)
     if return_sum:
         result += (s,)
     if return_stats:
         result += ((mean, rstd) if center else (rstd,))
     return result[0] if len(result) == 1 else result
+
+
+def _forward_call(center, fused, rows, cols, x, ldx, residual, ldr, gamma, beta, eps,
+                  s, lds, y, ldy, mean, rstd):
+    """The library's forward of checked arguments: addresses (ints, None for NULL) and
+    row strides; the contiguous forms (4 arguments less) when every stride is cols.
+    Without center, beta and mean are not read (rstd is rrms); without fused,
+    residual, ldr, s and lds."""
+    if ldx == ldy == ldr == lds == cols:
+        if not fused and center:
+            status = _lib.nk_layernorm_forward_f32(rows, cols, x, gamma, beta, eps, y,
+                                                   mean, rstd)
+        elif not fused:
+            status = _lib.nk_rmsnorm_forward_f32(rows, cols, x, gamma, eps, y, rstd)
+        elif center:
+            status = _lib.nk_add_layernorm_forward_f32(
+                rows, cols, x, residual, gamma, beta, eps, s, y, mean, rstd)
+        else:
+            status = _lib.nk_add_rmsnorm_forward_f32(rows, cols, x, residual, gamma, eps,
+                                                     s, y, rstd)
+    elif not fused and center:
+        status = _lib.nk_layernorm_forward_strided_f32(rows, cols, x, ldx, gamma, beta,
+                                                       eps, y, ldy, mean, rstd)
+    elif not fused:
+        status = _lib.nk_rmsnorm_forward_strided_f32(rows, cols, x, ldx, gamma, eps, y,
+                                                     ldy, rstd)
+    elif center:
+        status = _lib.nk_add_layernorm_forward_strided_f32(
+            rows, cols, x, ldx, residual, ldr, gamma, beta, eps, s, lds, y, ldy, mean,
+            rstd)
+    else:
+        status = _lib.nk_add_rmsnorm_forward_strided_f32(
+            rows, cols, x, ldx, residual, ldr, gamma, eps, s, lds, y, ldy, rstd)
+    _check(status)
 
 
 def layer_norm(x, gamma=None, beta=None, eps=1e-5, out=None, return_stats=False, *,
@@ -293,42 +301,44 @@ def _backward(center, fused, dy, x, dsum, mean, rstd, gamma, out, param_grads, w
     new = np.empty if rows else np.zeros
     dgamma = new(norm, np.float32) if param_grads else None
     dbeta = new(norm, np.float32) if param_grads and center else None
-    if ldx == lddy == ldds == lddx == cols:  # the contiguous forms
-        p = _ptr(x), _ptr(dy)
+    p = _ptr if ldx == lddy == ldds == lddx == cols else _view_ptr
+    _backward_call(center, fused, rows, cols, p(x), ldx, p(dy), lddy, p(dsum), ldds,
+                   _ptr(mean), _ptr(rstd), _ptr(gamma), p(dx), lddx, _ptr(dgamma),
+                   _ptr(dbeta))
+    return (dx, dgamma, dbeta) if center else (dx, dgamma)
+
+
+def _backward_call(center, fused, rows, cols, x, ldx, dy, lddy, dsum, ldds, mean, rstd,
+                   gamma, dx, lddx, dgamma, dbeta):
+    """The library's backward of checked arguments, as _forward_call (x is the sum when
+    fused; without fused, dsum and ldds are not read)."""
+    if ldx == lddy == ldds == lddx == cols:
         if not fused and center:
-            status = _lib.nk_layernorm_backward_f32(
-                rows, cols, *p, _ptr(mean), _ptr(rstd), _ptr(gamma), _ptr(dx),
-                _ptr(dgamma), _ptr(dbeta))
+            status = _lib.nk_layernorm_backward_f32(rows, cols, x, dy, mean, rstd, gamma,
+                                                    dx, dgamma, dbeta)
         elif not fused:
-            status = _lib.nk_rmsnorm_backward_f32(
-                rows, cols, *p, _ptr(rstd), _ptr(gamma), _ptr(dx), _ptr(dgamma))
+            status = _lib.nk_rmsnorm_backward_f32(rows, cols, x, dy, rstd, gamma, dx,
+                                                  dgamma)
         elif center:
             status = _lib.nk_add_layernorm_backward_f32(
-                rows, cols, *p, _ptr(dsum), _ptr(mean), _ptr(rstd), _ptr(gamma), _ptr(dx),
-                _ptr(dgamma), _ptr(dbeta))
+                rows, cols, x, dy, dsum, mean, rstd, gamma, dx, dgamma, dbeta)
         else:
-            status = _lib.nk_add_rmsnorm_backward_f32(
-                rows, cols, *p, _ptr(dsum), _ptr(rstd), _ptr(gamma), _ptr(dx),
-                _ptr(dgamma))
+            status = _lib.nk_add_rmsnorm_backward_f32(rows, cols, x, dy, dsum, rstd,
+                                                      gamma, dx, dgamma)
+    elif not fused and center:
+        status = _lib.nk_layernorm_backward_strided_f32(
+            rows, cols, x, ldx, dy, lddy, mean, rstd, gamma, dx, lddx, dgamma, dbeta)
+    elif not fused:
+        status = _lib.nk_rmsnorm_backward_strided_f32(
+            rows, cols, x, ldx, dy, lddy, rstd, gamma, dx, lddx, dgamma)
+    elif center:
+        status = _lib.nk_add_layernorm_backward_strided_f32(
+            rows, cols, x, ldx, dy, lddy, dsum, ldds, mean, rstd, gamma, dx, lddx, dgamma,
+            dbeta)
     else:
-        p = _view_ptr(x), ldx, _view_ptr(dy), lddy
-        pdsum, pdx = (_view_ptr(dsum), ldds), (_view_ptr(dx), lddx)
-        if not fused and center:
-            status = _lib.nk_layernorm_backward_strided_f32(
-                rows, cols, *p, _ptr(mean), _ptr(rstd), _ptr(gamma), *pdx, _ptr(dgamma),
-                _ptr(dbeta))
-        elif not fused:
-            status = _lib.nk_rmsnorm_backward_strided_f32(
-                rows, cols, *p, _ptr(rstd), _ptr(gamma), *pdx, _ptr(dgamma))
-        elif center:
-            status = _lib.nk_add_layernorm_backward_strided_f32(
-                rows, cols, *p, *pdsum, _ptr(mean), _ptr(rstd), _ptr(gamma), *pdx,
-                _ptr(dgamma), _ptr(dbeta))
-        else:
-            status = _lib.nk_add_rmsnorm_backward_strided_f32(
-                rows, cols, *p, *pdsum, _ptr(rstd), _ptr(gamma), *pdx, _ptr(dgamma))
+        status = _lib.nk_add_rmsnorm_backward_strided_f32(
+            rows, cols, x, ldx, dy, lddy, dsum, ldds, rstd, gamma, dx, lddx, dgamma)
     _check(status)
-    return (dx, dgamma, dbeta) if center else (dx, dgamma)
 
 
 def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, out=None, param_grads=True,

@@ -145,22 +145,31 @@ def row_stride(a, name, lead_ndim, cols, output=False):
         writable(a, name)
     if a.flags.c_contiguous:
         return cols
-    shape, strides = a.shape, a.strides
-    step = 4  # bytes of a float32
-    for d in range(a.ndim - 1, lead_ndim - 1, -1):
+    ld = row_pitch(a.shape, a.strides, lead_ndim, cols, 4)  # a float32's bytes
+    if ld is None:
+        raise _not_row_strided(a, name, output)
+    return ld
+
+
+def row_pitch(shape, strides, lead_ndim, cols, unit):
+    """The row stride in elements of a view of this shape and strides (unit of them
+    to an element: NumPy's bytes of a float32, 4; PyTorch's elements, 1) read as rows
+    of cols elements from axis lead_ndim on, or None when it is not row-strided."""
+    step = unit
+    for d in range(len(shape) - 1, lead_ndim - 1, -1):
         if shape[d] != 1 and strides[d] != step:
-            raise _not_row_strided(a, name, output)
+            return None
         step *= shape[d]
     ld = None
     for d in range(lead_ndim - 1, -1, -1):
         if shape[d] == 1:
             continue
         if ld is None:  # the innermost leading axis sets the stride
-            if strides[d] % 4 or strides[d] < step:
-                raise _not_row_strided(a, name, output)
-            ld, step = strides[d] // 4, strides[d]
+            if strides[d] % unit or strides[d] < step:
+                return None
+            ld, step = strides[d] // unit, strides[d]
         elif strides[d] != step:
-            raise _not_row_strided(a, name, output)
+            return None
         step *= shape[d]
     return cols if ld is None else ld
 

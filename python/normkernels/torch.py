@@ -21,88 +21,135 @@ LayerNorm does. Outputs are new contiguous tensors.
 Importing normkernels does not import this module (nor torch): import
 normkernels.torch.
 """
-import math
-
 import torch
 from torch.autograd.function import once_differentiable
 
 from . import _args
-from . import _backward, _forward
+from . import _backward_call, _forward_call, _split_rows
 
 __all__ = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "LayerNorm",
            "RMSNorm", "AddLayerNorm", "AddRMSNorm"]
 
-
-def _array(t):
-    return None if t is None else t.detach().numpy()
+_F32 = torch.float32
 
 
-def _rows(t, norm):
-    """t as the library reads it: t itself when contiguous or row-strided over the
-    normalized dims norm, else a contiguous copy (a differentiable op)."""
-    if t is None or t.is_contiguous() or t.dim() < len(norm):
-        return t  # a mismatched shape is the binding's error, naming it
-    try:
-        _args.row_stride(_array(t), "", t.dim() - len(norm), math.prod(norm))
-        return t
-    except ValueError:
-        return t.contiguous()
+def _rows(t, lead_ndim, cols):
+    """(t as the library reads it, its row stride): t itself when contiguous or
+    row-strided (rows of cols elements from axis lead_ndim on), else a contiguous copy
+    (a differentiable op)."""
+    if t.is_neg():  # a negated view (z.conj().imag): its memory holds -t
+        t = t.resolve_neg()
+    if t.is_contiguous():
+        return t, cols
+    ld = _args.row_pitch(t.shape, t.stride(), lead_ndim, cols, 1)
+    return (t.contiguous(), cols) if ld is None else (t, ld)
+
+
+def _dense(p):
+    """weight or bias as the library reads it: contiguous, its values in memory."""
+    if p is None or p.is_contiguous() and not p.is_neg():
+        return p
+    return p.resolve_neg().contiguous()
+
+
+def _new(t):
+    """A new contiguous float32 tensor of t's shape: empty_like takes half the time of
+    torch.empty(shape, dtype=...)."""
+    return torch.empty_like(t, memory_format=torch.contiguous_format)
 
 
 class _RowNorm(torch.autograd.Function):
     """y (and s = x + residual) of the library's forward; the backward from the saved
-    x (s) and statistics."""
+    x (s) and statistics. Its arguments come checked (_norm): the library is called
+    with their addresses, and the backward trusts what the forward saved.
+
+    plan: (center, eps, norm, rows, cols, ldx, ldr), ldx and ldr being the row strides
+    of x and residual."""
 
     @staticmethod
-    def forward(ctx, x, residual, weight, bias, center, norm, eps):
+    def forward(ctx, x, residual, weight, bias, plan):
+        center, eps, norm, rows, cols, ldx, ldr = plan
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None
         fused = residual is not None
-        y, *saved = _forward(center, _array(x), _array(residual), _array(weight),
-                             _array(bias), eps, None, fused, True, None, None, None,
-                             norm)
-        ctx.center, ctx.fused, ctx.norm = center, fused, norm
-        y = torch.from_numpy(y)
+        y = _new(x)
+        s = _new(x) if fused else None
+        # mean and rstd (rrms) in one tensor, one value a row each
+        stats = torch.empty(2 * rows if center else rows, dtype=_F32)
+        mean = stats.data_ptr()
+        rstd = mean + 4 * rows if center else mean
+        _forward_call(center, fused, rows, cols, x.data_ptr(), ldx,
+                      None if residual is None else residual.data_ptr(), ldr,
+                      None if weight is None else weight.data_ptr(),
+                      None if bias is None else bias.data_ptr(), eps,
+                      None if s is None else s.data_ptr(), cols, y.data_ptr(), cols, mean,
+                      rstd)
+        ctx.stats = stats  # ours: nothing else sees it
         if not fused:
-            ctx.stats = saved
             ctx.save_for_backward(x, weight)
+            ctx.plan = center, fused, norm, rows, cols, ldx, mean, rstd
             return y
-        s = torch.from_numpy(saved[0])
-        ctx.stats = saved[1:]
         ctx.save_for_backward(s, weight)
+        ctx.plan = center, fused, norm, rows, cols, cols, mean, rstd
         return y, s
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dy, dsum=None):
-        need = ctx.needs_input_grad
-        if dy is None:  # only the sum was used: it passes dsum on, as PyTorch's add
-            return (dsum if need[0] else None, dsum if need[1] else None) + (None,) * 5
-        rows, weight = ctx.saved_tensors
-        stats = ctx.stats if ctx.center else (None,) + tuple(ctx.stats)
-        dx, dgamma, *dbeta = _backward(
-            ctx.center, ctx.fused, _array(_rows(dy, ctx.norm)), _array(rows),
-            _array(_rows(dsum, ctx.norm)), *stats, _array(weight), None,
-            bool(need[2] or need[3]), None, ctx.norm)
-        dx = torch.from_numpy(dx)
-        grads = [dx if need[0] else None, dx if need[1] else None, None, None]
-        if need[2]:
-            grads[2] = torch.from_numpy(dgamma)
-        if need[3]:
-            grads[3] = torch.from_numpy(dbeta[0])
-        return (*grads, None, None, None)
+        if torch.is_grad_enabled():  # create_graph=True: no double backward
+            return _gradients_once(ctx, dy, dsum)
+        return _gradients(ctx, dy, dsum)  # once_differentiable's work, its no_grad aside
 
 
-def _ours(function, tensors, fallback):
-    """Whether the library takes these tensors (the others None): True for float32
-    CPU tensors; False for others with fallback, which PyTorch's own op then takes."""
+def _gradients(ctx, dy, dsum):
+    """The gradients of _RowNorm's inputs from those of y (dy) and s (dsum). dy and
+    dsum come from autograd, which gives them y's shape, dtype and device."""
+    need = ctx.needs_input_grad
+    if dy is None:  # only the sum was used: it passes dsum on, as PyTorch's add
+        return dsum if need[0] else None, dsum if need[1] else None, None, None, None
+    center, fused, norm, rows, cols, ldx, mean, rstd = ctx.plan
+    x, weight = ctx.saved_tensors
+    lead_ndim = x.dim() - len(norm)
+    dy, lddy = _gradient(dy, "dy", lead_ndim, cols)
+    dsum, ldds = (None, cols) if dsum is None else _gradient(dsum, "dsum", lead_ndim,
+                                                             cols)
+    dx = _new(x)
+    # Sums over rows: with no row the library writes nothing, and they are 0.
+    new = torch.empty if rows else torch.zeros
+    dgamma = new(norm, dtype=_F32) if need[2] else None
+    dbeta = new(norm, dtype=_F32) if need[3] else None
+    _backward_call(center, fused, rows, cols, x.data_ptr(), ldx, dy.data_ptr(), lddy,
+                   None if dsum is None else dsum.data_ptr(), ldds, mean, rstd,
+                   None if weight is None else weight.data_ptr(), dx.data_ptr(), cols,
+                   None if dgamma is None else dgamma.data_ptr(),
+                   None if dbeta is None else dbeta.data_ptr())
+    return dx if need[0] else None, dx if need[1] else None, dgamma, dbeta, None
+
+
+_gradients_once = once_differentiable(_gradients)
+
+
+def _gradient(g, name, lead_ndim, cols):
+    """_rows of the gradient g of an output: strided (a custom Function may give a
+    sparse one, which PyTorch's own LayerNorm refuses too)."""
+    if g.layout is not torch.strided:
+        raise TypeError(f"normkernels.torch: the gradient {name} is a {g.layout} "
+                        "tensor; the library's backward takes strided tensors only")
+    return _rows(g, lead_ndim, cols)
+
+_NAMES = "x", "residual", "weight", "bias"
+
+
+def _ours(function, fallback, *tensors):
+    """Whether the library takes these tensors (x, residual, weight, bias; None for
+    none): True for float32 CPU tensors; False for others with fallback, which
+    PyTorch's own op then takes."""
     refused = None
-    for name, t in tensors.items():
+    for name, t in zip(_NAMES, tensors):
         if t is None:
             continue
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
-        if refused is None and (t.dtype != torch.float32 or t.device.type != "cpu"
-                                or t.layout != torch.strided):
+        if refused is None and (t.dtype is not _F32 or not t.is_cpu
+                                or t.layout is not torch.strided):
             refused = name, t
     if refused is None:
         return True
@@ -124,7 +171,7 @@ def _check_shapes(norm, x, residual, weight, bias):
         raise ValueError(f"residual has shape {tuple(residual.shape)}; expected x's "
                          f"{tuple(x.shape)}")
     for name, p in (("weight", weight), ("bias", bias)):
-        if p is not None and tuple(p.shape) != norm:
+        if p is not None and p.shape != norm:
             raise ValueError(f"{name} has shape {tuple(p.shape)}; expected "
                              f"normalized_shape {norm}")
 
@@ -132,9 +179,10 @@ def _check_shapes(norm, x, residual, weight, bias):
 def _norm(function, center, x, residual, normalized_shape, weight, bias, eps,
           fallback):
     """The four functions: the library's Function, or PyTorch's op with fallback."""
-    tensors = {"x": x, "residual": residual, "weight": weight, "bias": bias}
     norm = _shape(normalized_shape)
-    if not _ours(function, tensors, fallback):
+    if residual is None and function.startswith("add_"):  # not y alone
+        raise TypeError("residual must be a torch.Tensor, not NoneType")
+    if not _ours(function, fallback, x, residual, weight, bias):
         s = x if residual is None else x + residual
         if center:
             y = torch.nn.functional.layer_norm(s, norm, weight, bias, eps)
@@ -142,10 +190,15 @@ def _norm(function, center, x, residual, normalized_shape, weight, bias, eps,
             y = _torch_rms_norm(s, norm, weight, eps)
         return y if residual is None else (y, s)
     _check_shapes(norm, x, residual, weight, bias)
-    weight, bias = (None if p is None else p.contiguous() for p in (weight, bias))
-    return _RowNorm.apply(_rows(x, norm), _rows(residual, norm), weight, bias, center,
-                          norm, eps)
-
+    eps = _args.float32(eps, "eps")
+    shape = tuple(x.shape)
+    lead, _, cols = _split_rows(shape, norm, "x")
+    rows = x.numel() // cols
+    x, ldx = _rows(x, len(lead), cols)
+    residual, ldr = (None, cols) if residual is None else _rows(residual, len(lead),
+                                                               cols)
+    return _RowNorm.apply(x, residual, _dense(weight), _dense(bias),
+                          (center, eps, norm, rows, cols, ldx, ldr))
 
 def _torch_rms_norm(x, norm, weight, eps):
     """RMSNorm in PyTorch's operations: x * rsqrt(mean(x^2) + eps) * weight."""
@@ -186,7 +239,7 @@ def add_rms_norm(x, residual, normalized_shape, weight=None, eps=1e-6, *,
 def _refuse_unless_fallback(module):
     """A module whose parameters the library cannot take fails at construction."""
     if not module.fallback and module.weight is not None:
-        _ours(type(module).__name__, {"weight": module.weight}, False)
+        _ours(type(module).__name__, False, None, None, module.weight)
 
 
 class LayerNorm(torch.nn.LayerNorm):

@@ -136,6 +136,10 @@ def test_wrong_inputs_raise_clear_errors():
         nk.layer_norm(x, gamma=np.ones(7, np.float32))
     with pytest.raises(ValueError, match="residual has shape"):
         nk.add_layer_norm(x, np.ones((2, 7), np.float32))
+    for add in (nk.add_layer_norm, nk.add_rms_norm):  # not a plain norm and garbage
+        with pytest.raises(TypeError, match="residual must be a numpy.ndarray, not "
+                           "NoneType"):
+            add(x, None)
     with pytest.raises(ValueError, match=r"normalized dimensions \(0,\) hold no element"):
         nk.layer_norm(np.ones((3, 0), np.float32))
     with pytest.raises(ValueError, match="out has shape"):

@@ -198,7 +198,7 @@ def test_views_are_read_where_they_lie():
     qkv = leaf(data((16, 192), 1))
     w, dy = leaf(data((64,), 2)), torch.from_numpy(data((16, 64), 3))
     k = qkv[:, 64:128]
-    assert nkt._rows(k, (64,)) is k
+    assert nkt._rows(k, 1, 64) == (k, 192)  # its row stride: the buffer's
     y = nkt.rms_norm(k, 64, w)
     copied = leaf(data((16, 192), 1)[:, 64:128].copy())
     want = nkt.rms_norm(copied, 64, w)
@@ -208,7 +208,8 @@ def test_views_are_read_where_they_lie():
     assert torch.equal(qkv.grad[:, 64:128], copied.grad)
     assert not qkv.grad[:, :64].any() and not qkv.grad[:, 128:].any()
     base = leaf(data((64, 10), 4))
-    assert nkt._rows(base.T, (64,)).is_contiguous()
+    copy, ld = nkt._rows(base.T, 1, 64)
+    assert copy.is_contiguous() and ld == 64
     copied = leaf(data((64, 10), 4).T.copy())
     y, want = nkt.layer_norm(base.T, 64), nkt.layer_norm(copied, 64)
     assert torch.equal(y, want)
@@ -218,6 +219,71 @@ def test_views_are_read_where_they_lie():
     every_other = torch.from_numpy(data((128,), 5))[::2]  # weight: copied too
     assert torch.equal(nkt.rms_norm(k, 64, every_other),
                        nkt.rms_norm(k, 64, every_other.contiguous()))
+
+
+def test_row_strided_gradients_are_read_where_they_lie():
+    """dy and dsum that are row-strided views (columns of a wider gradient) are read
+    in place, giving the gradients of their contiguous copies."""
+    wide = torch.from_numpy(data((2, 16, 160), 1))
+    dy, dsum = wide[0, :, 32:96], wide[1, :, 16:80]
+    assert nkt._rows(dy, 1, 64) == (dy, 160)
+    grads = []
+    for gradients in ((dy, dsum), (dy.contiguous(), dsum.contiguous())):
+        x, residual = leaf(data((16, 64), 2)), leaf(data((16, 64), 3))
+        w = leaf(data((64,), 4))
+        torch.autograd.backward(nkt.add_layer_norm(x, residual, 64, w), gradients)
+        grads.append((x.grad, w.grad))
+    assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+def test_negated_views_are_read_as_their_values():
+    """A tensor of negative bit (torch._neg_view, the imaginary part of a conjugate)
+    holds -t in memory: x, weight, bias and dy are read as the values PyTorch sees."""
+    a, dy = leaf(data((6, 32), 1)), torch.from_numpy(data((6, 32), 2))
+    w = torch._neg_view(torch.from_numpy(data((32,), 3)))
+    b = torch.complex(torch.from_numpy(data((32,), 4)),
+                      torch.from_numpy(data((32,), 5))).conj().imag
+    x = torch._neg_view(a)
+    assert all(t.is_neg() for t in (x, w, b)) and x.is_contiguous() and w.is_contiguous()
+    y = nkt.layer_norm(x, 32, w, b)
+    y.backward(torch._neg_view(dy))
+    values = leaf(-data((6, 32), 1))
+    want = nkt.layer_norm(values, 32, w.resolve_neg(), b.resolve_neg())
+    want.backward(-dy)
+    assert torch.equal(y, want) and torch.equal(a.grad, -values.grad)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_gradients_of_some_inputs_only(name):
+    """Each input's gradient is the same whichever of the others are wanted (the
+    library skips the sums of the parameters that are not)."""
+    fused = name.startswith("add")
+    arrays = {"x": data((6, 40), 1), "residual": data((6, 40), 2) if fused else None,
+              "weight": data((40,), 3), "bias": data((40,), 4)}
+    if "layer" not in name:
+        del arrays["bias"]
+    dy = torch.from_numpy(data((6, 40), 5))
+
+    def gradients(wanted):
+        t = {k: None if a is None else torch.from_numpy(a).requires_grad_(k in wanted)
+             for k, a in arrays.items()}
+        out = call(name, t["x"], t["residual"], t["weight"], t.get("bias"), 1e-5)
+        (out[0] if fused else out).backward(dy)
+        return {k: t[k].grad for k in wanted}
+
+    every = gradients({k for k, a in arrays.items() if a is not None})
+    for k, grad in every.items():
+        assert torch.equal(gradients({k})[k], grad)
+
+
+def test_no_double_backward():
+    """A gradient taken with create_graph=True cannot be differentiated again."""
+    x = leaf(data((4, 16), 1))
+    y = nkt.layer_norm(x, 16)
+    gx, = torch.autograd.grad((y * y).sum(), x, create_graph=True)
+    with pytest.raises(RuntimeError, match="differentiate twice a function that was "
+                       "marked with @once_differentiable"):
+        gx.sum().backward()
 
 
 def test_empty_batch_as_pytorch():
@@ -269,6 +335,25 @@ def test_other_tensors_are_refused_or_given_to_pytorch():
                                   nk.rms_norm(x.detach().numpy(), eps=1e-6))
 
 
+class SparseGradient(torch.autograd.Function):
+    """The identity, whose backward gives a sparse gradient."""
+
+    @staticmethod
+    def forward(ctx, t):
+        return t.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.to_sparse()
+
+
+def test_sparse_gradients_are_refused():
+    x = leaf(data((3, 8), 1))
+    y = SparseGradient.apply(nkt.layer_norm(x, 8))
+    with pytest.raises(TypeError, match="the gradient dy is a torch.sparse_coo tensor"):
+        y.backward(torch.ones(3, 8))
+
+
 def test_wrong_shapes_name_the_argument():
     x = torch.from_numpy(data((3, 8), 1))
     with pytest.raises(ValueError, match=r"residual has shape \(3, 7\); expected x's "
@@ -283,3 +368,8 @@ def test_wrong_shapes_name_the_argument():
         nkt.rms_norm(x, 4)
     with pytest.raises(nk.NormKernelsError, match="eps"):
         nkt.layer_norm(x, 8, eps=-1.0)
+    for add in (nkt.add_layer_norm, nkt.add_rms_norm):  # not y alone
+        for fallback in (False, True):
+            with pytest.raises(TypeError, match="residual must be a torch.Tensor, not "
+                               "NoneType"):
+                add(x, None, 8, fallback=fallback)
