@@ -130,6 +130,17 @@ struct LayerNormMemory {
     stat = memory::desc({r}, memory::data_type::f32, memory::format_tag::a);
     param = memory::desc({c}, memory::data_type::f32, memory::format_tag::a);
   }
+  // forward_training with scale and shift: our forward's counterpart, and the hint of
+  // the backward.
+  dnnl::layer_normalization_forward::primitive_desc Forward() const {
+    return dnnl::layer_normalization_forward::primitive_desc(
+        dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_training, data,
+                                                stat, 1e-5f, Flags()),
+        Engine());
+  }
+  static dnnl::normalization_flags Flags() {
+    return dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+  }
 };
 
 std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads, size_t offset) {
@@ -139,10 +150,7 @@ std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads, size_t offset
   const auto& data = m.data;
   const auto& stat = m.stat;
   const auto& param = m.param;
-  const dnnl::layer_normalization_forward::desc desc(
-      dnnl::prop_kind::forward_training, data, stat, 1e-5f,
-      dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift);
-  const dnnl::layer_normalization_forward::primitive_desc pd(desc, Engine());
+  const dnnl::layer_normalization_forward::primitive_desc pd = m.Forward();
   auto job = std::make_shared<Job>();
   job->primitive = std::make_unique<dnnl::layer_normalization_forward>(pd);
   job->args = {{DNNL_ARG_SRC, Wrap(data, Tensor(0, n, offset))},
@@ -162,16 +170,10 @@ std::string OneDnnLayerNormBackward(size_t rows, size_t cols, int threads, size_
   const auto& data = m.data;
   const auto& stat = m.stat;
   const auto& param = m.param;
-  const auto flags =
-      dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-  const dnnl::layer_normalization_forward::primitive_desc hint(
-      dnnl::layer_normalization_forward::desc(dnnl::prop_kind::forward_training, data,
-                                              stat, 1e-5f, flags),
-      Engine());
   const dnnl::layer_normalization_backward::primitive_desc pd(
       dnnl::layer_normalization_backward::desc(dnnl::prop_kind::backward, data, data,
-                                               stat, 1e-5f, flags),
-      Engine(), hint);
+                                               stat, 1e-5f, LayerNormMemory::Flags()),
+      Engine(), m.Forward());
   auto job = std::make_shared<Job>();
   job->primitive = std::make_unique<dnnl::layer_normalization_backward>(pd);
   // The backward's gradients of gamma and beta: slots of their own.
