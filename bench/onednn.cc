@@ -163,7 +163,8 @@ std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads, size_t offset
                      static_cast<double>(n), job, pd.impl_info_str(), threads, offset);
 }
 
-std::string OneDnnLayerNormBackward(size_t rows, size_t cols, int threads, size_t offset) {
+std::string OneDnnLayerNormBackward(size_t rows, size_t cols, int threads,
+                                    size_t offset) {
   const ThreadsDuringCreation creation(threads);
   const size_t n = rows * cols;
   const LayerNormMemory m(rows, cols);
