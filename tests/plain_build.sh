@@ -19,7 +19,8 @@ if [ "$1" = --inside ]; then  # in the namespace without the packages
     fail "no message names benchmark"
   [ ! -e "$build/tests" ] && [ ! -e "$build/bench" ] || fail "tests or benchmarks are in"
   echo "ok: the plain configure skips the tests and benchmarks, naming their packages"
-  cmake --build "$build" --target kernels/dispatch.cc.o > "$log" 2>&1 || fail "build"
+  cmake --build "$build" --target kernels/common/dispatch.cc.o > "$log" 2>&1 \
+    || fail "build"
   echo "ok: the library's sources build"
   ! configure -DNK_BUILD_TESTS=ON || fail "NK_BUILD_TESTS=ON passed"
   grep -q "NK_BUILD_TESTS=ON: GTest not found" "$log" || fail "no GTest message"

@@ -22,10 +22,10 @@
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
-#include "kernels/channelnorm.h"
-#include "kernels/moments-inl.h"
-#include "kernels/moments.h"
-#include "kernels/sources-inl.h"
+#include "kernels/batchnorm/channelnorm.h"
+#include "kernels/common/moments-inl.h"
+#include "kernels/common/moments.h"
+#include "kernels/common/sources-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace nk {

@@ -1,14 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 // channelnorm_f32.cc: the fp32 per-channel (BatchNorm) kernels, compiled once per
 // Highway target.
-#include "kernels/channelnorm.h"
+#include "kernels/batchnorm/channelnorm.h"
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/channelnorm_f32.cc"
+#define HWY_TARGET_INCLUDE "kernels/batchnorm/channelnorm_f32.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kernels/channelnorm-inl.h"
-#include "kernels/dispatch.h"
+#include "kernels/batchnorm/channelnorm-inl.h"
+#include "kernels/common/dispatch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace nk {

@@ -5,7 +5,7 @@
 #define NK_KERNELS_LAYERNORM_H_
 
 #include "include/normkernels.h"
-#include "kernels/rownorm.h"
+#include "kernels/layernorm/rownorm.h"
 
 namespace nk {
 

@@ -3,13 +3,13 @@
 // RMSNorm and add + RMSNorm, compiled once per Highway target. The short-row variants
 // are most of the row path's compile time, so they are split into translation units
 // that build in parallel.
-#include "kernels/rownorm.h"
+#include "kernels/layernorm/rownorm.h"
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/shortrow_rmsnorm_f32.cc"
+#define HWY_TARGET_INCLUDE "kernels/layernorm/shortrow_rmsnorm_f32.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kernels/shortrow-inl.h"
+#include "kernels/layernorm/shortrow-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace nk {

@@ -6,9 +6,9 @@
 #include <limits>
 
 #include "include/normkernels.h"
-#include "kernels/batchnorm.h"
-#include "kernels/moments.h"
-#include "kernels/validate.h"
+#include "kernels/batchnorm/batchnorm.h"
+#include "kernels/common/moments.h"
+#include "kernels/common/validate.h"
 
 namespace nk {
 namespace {

@@ -2,15 +2,15 @@
 // rownorm_f32.cc: the fp32 LayerNorm-family kernels, forward and backward, compiled once
 // per Highway target. Rows of a few whole vectors take the register path
 // (shortrow-inl.h).
-#include "kernels/rownorm.h"
+#include "kernels/layernorm/rownorm.h"
 
 #undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "kernels/rownorm_f32.cc"
+#define HWY_TARGET_INCLUDE "kernels/layernorm/rownorm_f32.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kernels/dispatch.h"
-#include "kernels/rownorm-inl.h"
-#include "kernels/rownorm_backward-inl.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/layernorm/rownorm-inl.h"
+#include "kernels/layernorm/rownorm_backward-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace nk {

@@ -9,19 +9,19 @@
 // channel is still in L2; otherwise all spans are measured in parallel first.
 // NHWC: rows (n * spatial of them, c channels each) are cut into chunks of
 // ColumnChunkRows(c); per-column moments of each chunk merge in a pairwise tree.
-#include "kernels/batchnorm.h"
+#include "kernels/batchnorm/batchnorm.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 
 #include "hwy/cache_control.h"
-#include "kernels/channelnorm.h"
-#include "kernels/dispatch.h"
-#include "kernels/errors.h"
-#include "kernels/moments.h"
-#include "kernels/parallel.h"
-#include "kernels/workspace.h"
+#include "kernels/batchnorm/channelnorm.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/common/errors.h"
+#include "kernels/common/moments.h"
+#include "kernels/common/parallel.h"
+#include "kernels/common/workspace.h"
 
 namespace nk {
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // dispatch.cc: ISA selection (nk_*_isa), thread count (nk_*_num_threads) and the
 // environment (NK_ISA, NK_NUM_THREADS), read once.
-#include "kernels/dispatch.h"
+#include "kernels/common/dispatch.h"
 
 #include <omp.h>
 #include <pthread.h>
@@ -16,9 +16,9 @@
 #include <string>
 
 #include "hwy/targets.h"
-#include "kernels/cpu_targets.h"
+#include "kernels/common/cpu_targets.h"
 #include "include/normkernels.h"
-#include "kernels/errors.h"
+#include "kernels/common/errors.h"
 
 namespace nk {
 namespace {

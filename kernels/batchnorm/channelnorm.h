@@ -7,7 +7,7 @@
 
 #include <cstddef>
 
-#include "kernels/moments.h"
+#include "kernels/common/moments.h"
 
 namespace nk {
 

@@ -17,9 +17,9 @@
 
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
-#include "kernels/moments-inl.h"
-#include "kernels/rownorm.h"
-#include "kernels/sources-inl.h"
+#include "kernels/common/moments-inl.h"
+#include "kernels/layernorm/rownorm.h"
+#include "kernels/common/sources-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace nk {

@@ -2,8 +2,8 @@
 // layernorm_api.cc: the C entry points of the LayerNorm family: validate every
 // argument before any write, then describe the job to the op layer.
 #include "include/normkernels.h"
-#include "kernels/layernorm.h"
-#include "kernels/validate.h"
+#include "kernels/layernorm/layernorm.h"
+#include "kernels/common/validate.h"
 
 namespace nk {
 namespace {

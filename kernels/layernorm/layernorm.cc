@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // layernorm.cc: the LayerNorm family's op layer: a fixed work partition over rows, or
 // over chunks of long rows, run with OpenMP on the selected target's kernels.
-#include "kernels/layernorm.h"
+#include "kernels/layernorm/layernorm.h"
 
 #include <stdint.h>
 
@@ -9,10 +9,10 @@
 #include <new>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/errors.h"
-#include "kernels/moments.h"
-#include "kernels/parallel.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/common/errors.h"
+#include "kernels/common/moments.h"
+#include "kernels/common/parallel.h"
 
 namespace nk {
 namespace {

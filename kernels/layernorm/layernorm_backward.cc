@@ -8,11 +8,11 @@
 #include <new>
 #include <vector>
 
-#include "kernels/dispatch.h"
-#include "kernels/errors.h"
-#include "kernels/layernorm.h"
-#include "kernels/moments.h"
-#include "kernels/parallel.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/common/errors.h"
+#include "kernels/layernorm/layernorm.h"
+#include "kernels/common/moments.h"
+#include "kernels/common/parallel.h"
 
 namespace nk {
 namespace {

@@ -18,10 +18,10 @@
 #include <cmath>
 
 #include "hwy/highway.h"
-#include "kernels/moments.h"
-#include "kernels/rownorm-inl.h"
-#include "kernels/rownorm.h"
-#include "kernels/sources-inl.h"
+#include "kernels/common/moments.h"
+#include "kernels/layernorm/rownorm-inl.h"
+#include "kernels/layernorm/rownorm.h"
+#include "kernels/common/sources-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace nk {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // errors.cc: nk_version, nk_status_string, nk_last_error and the thread-local message.
-#include "kernels/errors.h"
+#include "kernels/common/errors.h"
 
 #include <cstdarg>
 #include <cstdio>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // validate.cc: the argument checks shared by every C entry point.
-#include "kernels/validate.h"
+#include "kernels/common/validate.h"
 
 #include <stdint.h>
 
@@ -11,7 +11,7 @@
 #include <cstring>
 #include <limits>
 
-#include "kernels/errors.h"
+#include "kernels/common/errors.h"
 
 namespace nk {
 

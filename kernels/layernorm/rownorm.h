@@ -6,7 +6,7 @@
 
 #include <cstddef>
 
-#include "kernels/moments.h"
+#include "kernels/common/moments.h"
 
 namespace nk {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // cpu_targets.cc: CPUID/XGETBV feature detection mapped to Highway's x86 targets.
-#include "kernels/cpu_targets.h"
+#include "kernels/common/cpu_targets.h"
 
 #include "hwy/highway.h"
 

@@ -18,7 +18,7 @@
 #include <cmath>
 
 #include "hwy/highway.h"
-#include "kernels/moments.h"
+#include "kernels/common/moments.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace nk {
