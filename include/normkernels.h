@@ -303,13 +303,32 @@ NK_API nk_status nk_batchnorm_forward_inference_f32(
     const float* mean, const float* var, const float* gamma, const float* beta,
     float eps, float* y);
 
+/* Backward of the training forward, as torch.nn.BatchNorm's autograd gives: per
+   channel, over its m = n * spatial values, with x_hat = (x - save_mean) * save_rstd
+   recomputed from x (save_* as the training forward returned them, taken as exact):
+     dbeta = sum dy,  dgamma = sum dy * x_hat,
+     dx = gamma * save_rstd * (dy - dbeta / m - x_hat * dgamma / m).
+   gamma: [c] or NULL (ones); dgamma, dbeta: [c] or NULL (not wanted), overwritten.
+   dx may be dy exactly (in place); nothing else may overlap an output. The sums are
+   pairwise trees over pieces fixed by the shape: the same bits for any thread count.
+   m == 1 is allowed (dx is then 0 up to rounding). An empty tensor is a no-op. */
+NK_API nk_status nk_batchnorm_backward_f32(size_t n, size_t c, size_t spatial,
+                                           nk_layout layout, const float* x,
+                                           const float* dy, const float* save_mean,
+                                           const float* save_rstd, const float* gamma,
+                                           float* dx, float* dgamma, float* dbeta);
+
 /* SyncBatchNorm's building blocks. One process holds a shard of the batch:
      1. nk_batchnorm_moments_f32 on the shard (count = n * spatial),
      2. an allreduce of (count, mean, m2) with nk_moments_merge_f32 as the operation,
      3. nk_batchnorm_update_running_f32 with the merged moments,
      4. nk_batchnorm_forward_inference_f32 with mean and var = m2 / count.
    The result equals a training forward on the whole batch within the accuracy bound
-   (not bitwise: the merge tree differs). */
+   (not bitwise: the merge tree differs). The backward likewise:
+     1. nk_batchnorm_backward_reduce_f32 on the shard, with the merged mean and
+        rstd = 1 / sqrt(var + eps) that normalized it,
+     2. an allreduce (sum) of sum_dy and sum_dy_xhat (dbeta and dgamma),
+     3. nk_batchnorm_backward_apply_f32 with the summed sums and the total count. */
 
 /* Per-channel moments of this shard: mean[c] and m2[c] = sum((x - mean)^2), both [c],
    never aliasing anything. An empty shard (n * spatial == 0, x may be NULL) writes
@@ -340,6 +359,29 @@ NK_API nk_status nk_batchnorm_update_running_f32(size_t c, uint64_t count,
                                                  const float* mean, const float* m2,
                                                  float momentum, float* running_mean,
                                                  float* running_var);
+
+/* The shard's backward sums per channel: sum_dy[c] = sum of dy and sum_dy_xhat[c] =
+   sum of dy * (x - mean) * rstd over its n * spatial values (its dbeta and dgamma), as
+   nk_batchnorm_backward_f32 adds them. A shard with one value per channel is valid; an
+   empty shard (n * spatial == 0, x and dy may be NULL) writes zeros; c == 0 is a
+   no-op. The outputs never alias anything. */
+NK_API nk_status nk_batchnorm_backward_reduce_f32(size_t n, size_t c, size_t spatial,
+                                                  nk_layout layout, const float* x,
+                                                  const float* dy, const float* mean,
+                                                  const float* rstd, float* sum_dy,
+                                                  float* sum_dy_xhat);
+
+/* dx of the shard from the sums over every shard and total_count, the values per
+   channel over every shard: dx = gamma * rstd * (dy - sum_dy / total_count - x_hat *
+   sum_dy_xhat / total_count), gamma [c] or NULL (ones). total_count below this shard's
+   n * spatial is NK_ERR_INVALID_SHAPE. dx may be dy exactly. With one shard, reduce
+   then apply gives the bits of nk_batchnorm_backward_f32. */
+NK_API nk_status nk_batchnorm_backward_apply_f32(size_t n, size_t c, size_t spatial,
+                                                 nk_layout layout, const float* x,
+                                                 const float* dy, const float* mean,
+                                                 const float* rstd, const float* gamma,
+                                                 uint64_t total_count, const float* sum_dy,
+                                                 const float* sum_dy_xhat, float* dx);
 
 #ifdef __cplusplus
 } /* extern "C" */

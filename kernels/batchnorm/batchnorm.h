@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // batchnorm.h: BatchNorm's op layer: statistics per channel over n x spatial, their
-// merge across shards (SyncBatchNorm), the running-statistics update, normalization.
+// merge across shards (SyncBatchNorm), the running-statistics update, normalization,
+// and the backward (whole, or as the reduce and apply steps of SyncBatchNorm).
 #ifndef NK_KERNELS_BATCHNORM_H_
 #define NK_KERNELS_BATCHNORM_H_
 
@@ -36,6 +37,32 @@ nk_status BatchNormInference(const BatchNormJob& job, const float* mean,
 
 // The per-channel moments (mean, M2) of the tensor; job.y is unused.
 nk_status BatchNormMoments(const BatchNormJob& job, float* mean, float* m2);
+
+// One validated backward call with a non-empty tensor, as plain data.
+struct BatchNormGradJob {
+  const char* function;  // the C entry point, for errors found after validation
+  size_t n, c, spatial;
+  bool channels_last;    // NHWC
+  const float* x;
+  const float* dy;
+  const float* mean;     // [c], the forward's saved statistics
+  const float* rstd;     // [c]
+  const float* gamma;    // [c] or nullptr (ones)
+  double total_count;    // values per channel over every shard (n * spatial for one)
+  float* dx;             // unused by BatchNormBackwardReduce
+};
+
+// The whole backward: per channel sum_dy and sum_dy_xhat, then dx; dgamma =
+// sum_dy_xhat and dbeta = sum_dy where wanted (nullptr: not).
+nk_status BatchNormBackward(const BatchNormGradJob& job, float* dgamma, float* dbeta);
+
+// The shard's two sums per channel.
+nk_status BatchNormBackwardReduce(const BatchNormGradJob& job, float* sum_dy,
+                                  float* sum_dy_xhat);
+
+// dx from sums over every shard and job.total_count.
+nk_status BatchNormBackwardApply(const BatchNormGradJob& job, const float* sum_dy,
+                                 const float* sum_dy_xhat);
 
 // running = (1 - momentum) * running + momentum * batch, with the unbiased variance
 // m2 / (count - 1); in double, as PyTorch's CPU kernel. unbias = 1 / (count - 1),

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// batchnorm_api.cc: the C entry points of BatchNorm and the SyncBatchNorm building
-// blocks: validate every argument before any write, then run the op layer.
+// batchnorm_api.cc: the C entry points of BatchNorm, forward and backward, and the
+// SyncBatchNorm building blocks: validate every argument before any write, then run
+// the op layer.
 #include <stdint.h>
 
 #include <limits>
@@ -33,6 +34,14 @@ BatchNormJob Job(const char* function, size_t n, size_t c, size_t spatial,
                  float eps, float momentum, float* y) {
   return {function, n, c, spatial, layout == NK_LAYOUT_NHWC, x, gamma, beta, eps,
           momentum, y};
+}
+
+BatchNormGradJob GradJob(const char* function, size_t n, size_t c, size_t spatial,
+                         nk_layout layout, const float* x, const float* dy,
+                         const float* mean, const float* rstd, const float* gamma,
+                         double total_count, float* dx) {
+  return {function, n, c, spatial, layout == NK_LAYOUT_NHWC, x, dy, mean, rstd, gamma,
+          total_count, dx};
 }
 
 }  // namespace
@@ -189,6 +198,106 @@ nk_status nk_batchnorm_update_running_f32(size_t c, uint64_t count, const float*
                       running_var + ci);
   }
   return NK_OK;
+}
+
+nk_status nk_batchnorm_backward_f32(size_t n, size_t c, size_t spatial, nk_layout layout,
+                                    const float* x, const float* dy,
+                                    const float* save_mean, const float* save_rstd,
+                                    const float* gamma, float* dx, float* dgamma,
+                                    float* dbeta) {
+  nk::Validator v(__func__);
+  size_t per_channel = 0, elements = 0;
+  v.Layout(layout);
+  nk::Shape(v, n, c, spatial, &per_channel, &elements);
+  if (v.failed()) return v.status();
+  if (elements == 0) return NK_OK;
+  v.NotNull(x, "x").NotNull(dy, "dy").NotNull(save_mean, "save_mean")
+      .NotNull(save_rstd, "save_rstd").NotNull(dx, "dx");
+  const size_t bytes = elements * sizeof(float);
+  const size_t c_bytes = c * sizeof(float);
+  v.NoOverlap({{"x", x, bytes, false},
+               {"dy", dy, bytes, false},
+               {"save_mean", save_mean, c_bytes, false},
+               {"save_rstd", save_rstd, c_bytes, false},
+               {"gamma", gamma, c_bytes, false},
+               {"dx", dx, bytes, true},
+               {"dgamma", dgamma, c_bytes, true},
+               {"dbeta", dbeta, c_bytes, true}},
+              {{"dx", "dy"}});
+  if (v.failed()) return v.status();
+  return nk::BatchNormBackward(
+      nk::GradJob(__func__, n, c, spatial, layout, x, dy, save_mean, save_rstd, gamma,
+                  static_cast<double>(per_channel), dx),
+      dgamma, dbeta);
+}
+
+nk_status nk_batchnorm_backward_reduce_f32(size_t n, size_t c, size_t spatial,
+                                           nk_layout layout, const float* x,
+                                           const float* dy, const float* mean,
+                                           const float* rstd, float* sum_dy,
+                                           float* sum_dy_xhat) {
+  nk::Validator v(__func__);
+  size_t per_channel = 0, elements = 0;
+  v.Layout(layout);
+  nk::Shape(v, n, c, spatial, &per_channel, &elements);
+  if (v.failed()) return v.status();
+  if (c == 0) return NK_OK;
+  if (per_channel != 0) v.NotNull(x, "x").NotNull(dy, "dy");
+  v.NotNull(mean, "mean").NotNull(rstd, "rstd").NotNull(sum_dy, "sum_dy")
+      .NotNull(sum_dy_xhat, "sum_dy_xhat");
+  const size_t bytes = elements * sizeof(float);
+  const size_t c_bytes = c * sizeof(float);
+  v.NoOverlap({{"x", x, bytes, false},
+               {"dy", dy, bytes, false},
+               {"mean", mean, c_bytes, false},
+               {"rstd", rstd, c_bytes, false},
+               {"sum_dy", sum_dy, c_bytes, true},
+               {"sum_dy_xhat", sum_dy_xhat, c_bytes, true}},
+              {});
+  if (v.failed()) return v.status();
+  if (per_channel == 0) {  // an empty shard: sums of nothing
+    for (size_t ci = 0; ci < c; ++ci) sum_dy[ci] = sum_dy_xhat[ci] = 0.0f;
+    return NK_OK;
+  }
+  return nk::BatchNormBackwardReduce(
+      nk::GradJob(__func__, n, c, spatial, layout, x, dy, mean, rstd, nullptr,
+                  static_cast<double>(per_channel), nullptr),
+      sum_dy, sum_dy_xhat);
+}
+
+nk_status nk_batchnorm_backward_apply_f32(size_t n, size_t c, size_t spatial,
+                                          nk_layout layout, const float* x,
+                                          const float* dy, const float* mean,
+                                          const float* rstd, const float* gamma,
+                                          uint64_t total_count, const float* sum_dy,
+                                          const float* sum_dy_xhat, float* dx) {
+  nk::Validator v(__func__);
+  size_t per_channel = 0, elements = 0;
+  v.Layout(layout);
+  nk::Shape(v, n, c, spatial, &per_channel, &elements)
+      .Require(elements == 0 || total_count >= per_channel, NK_ERR_INVALID_SHAPE,
+               "total_count is %llu, fewer than this shard's n * spatial (%zu)",
+               static_cast<unsigned long long>(total_count), per_channel);
+  if (v.failed()) return v.status();
+  if (elements == 0) return NK_OK;
+  v.NotNull(x, "x").NotNull(dy, "dy").NotNull(mean, "mean").NotNull(rstd, "rstd")
+      .NotNull(sum_dy, "sum_dy").NotNull(sum_dy_xhat, "sum_dy_xhat").NotNull(dx, "dx");
+  const size_t bytes = elements * sizeof(float);
+  const size_t c_bytes = c * sizeof(float);
+  v.NoOverlap({{"x", x, bytes, false},
+               {"dy", dy, bytes, false},
+               {"mean", mean, c_bytes, false},
+               {"rstd", rstd, c_bytes, false},
+               {"gamma", gamma, c_bytes, false},
+               {"sum_dy", sum_dy, c_bytes, false},
+               {"sum_dy_xhat", sum_dy_xhat, c_bytes, false},
+               {"dx", dx, bytes, true}},
+              {{"dx", "dy"}});
+  if (v.failed()) return v.status();
+  return nk::BatchNormBackwardApply(
+      nk::GradJob(__func__, n, c, spatial, layout, x, dy, mean, rstd, gamma,
+                  static_cast<double>(total_count), dx),
+      sum_dy, sum_dy_xhat);
 }
 
 }  // extern "C"

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// channelnorm_f32.cc: the fp32 per-channel (BatchNorm) kernels, compiled once per
-// Highway target.
+// channelnorm_f32.cc: the fp32 per-channel (BatchNorm) kernels, forward and backward,
+// compiled once per Highway target.
 #include "kernels/batchnorm/channelnorm.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -8,6 +8,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/batchnorm/channelnorm-inl.h"
+#include "kernels/batchnorm/channelnorm_backward-inl.h"
 #include "kernels/common/dispatch.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -18,7 +19,9 @@ extern const ChannelNormKernels kChannelNormKernels = {
     &ChannelSpanMoments, &ShortPlaneMax, &ShortPlaneScratchFloats, &ShortPlaneMoments,
     &ChannelSpanMaxAbs, &ChannelSpanApply,   &ChannelPlanesApply,
     &ColumnMoments,      &MergeColumns,      &ColumnApply,
-    &ChannelStridedMoments, &ChannelStridedMaxAbs};
+    &ChannelStridedMoments, &ChannelStridedMaxAbs,
+    &PlanesGradSums,     &SpanGradApply,     &ColumnGradSums,
+    &ColumnGradApply};
 
 }  // namespace HWY_NAMESPACE
 }  // namespace nk

@@ -420,6 +420,59 @@ float SpanMaxAbs(D d, const Src& src, size_t begin, size_t n) {
   return nan ? NAN : m;
 }
 
+// Per-lane sums of two quantities, fed one block at a time and added in a pairwise
+// tree (a binary counter over a stack of levels, `stride` floats apart, as
+// AddToLaneTree's): O(log n) roundings, which design.md's backward bounds ask of the
+// sums; one chain per lane over a long row or channel would not meet them. Block b
+// (counting from 0) is added to the levels a and b.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void AddToSumTree(D d, size_t block, V a, V b, float* a_levels,
+                             float* b_levels, size_t stride) {
+  size_t level = 0;
+  for (size_t t = block; t & 1; t >>= 1, ++level) {
+    a = hn::Add(hn::LoadU(d, a_levels + level * stride), a);
+    b = hn::Add(hn::LoadU(d, b_levels + level * stride), b);
+  }
+  hn::StoreU(a, d, a_levels + level * stride);
+  hn::StoreU(b, d, b_levels + level * stride);
+}
+
+// The sums of `blocks` blocks added by AddToSumTree (0 for none); levels smallest first.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE void CollapseSumTree(D d, size_t blocks, const float* a_levels,
+                                const float* b_levels, size_t stride, V& a, V& b) {
+  a = hn::Zero(d);
+  b = hn::Zero(d);
+  for (size_t level = 0; (blocks >> level) != 0; ++level) {
+    if (((blocks >> level) & 1) == 0) continue;
+    a = hn::Add(hn::LoadU(d, a_levels + level * stride), a);
+    b = hn::Add(hn::LoadU(d, b_levels + level * stride), b);
+  }
+}
+
+// The same tree over a stack of its own, for one set's sums.
+template <class D>
+class PairSumTree {
+ public:
+  using V = hn::Vec<D>;
+
+  HWY_INLINE void Add(D d, V a, V b) { AddToSumTree(d, blocks_++, a, b, a_, b_, kMax); }
+
+  // The sums of every block added (0 for none), lanes included.
+  HWY_INLINE GradSums Take(D d) const {
+    V a, b;
+    CollapseSumTree(d, blocks_, a_, b_, kMax, a, b);
+    return {hn::GetLane(hn::SumOfLanes(d, a)), hn::GetLane(hn::SumOfLanes(d, b))};
+  }
+
+ private:
+  static constexpr size_t kMax = hn::MaxLanes(D());
+  static constexpr size_t kLevels = 48;  // 2^48 blocks: more than any memory
+  size_t blocks_ = 0;
+  HWY_ALIGN float a_[kLevels * kMax];
+  HWY_ALIGN float b_[kLevels * kMax];
+};
+
 }  // namespace HWY_NAMESPACE
 }  // namespace nk
 HWY_AFTER_NAMESPACE();

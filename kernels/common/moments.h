@@ -42,6 +42,22 @@ Moments MergePairwise(size_t lo, size_t hi, const Leaf& leaf) {
   return MergeMoments(MergePairwise(lo, mid, leaf), MergePairwise(mid, hi, leaf));
 }
 
+// The two sums of a backward over a set (a row, a channel) or a piece of one: the
+// LayerNorm family's sum of a = gamma * dy and of a * x_hat; BatchNorm's sum of dy and
+// of dy * (x - mean).
+struct GradSums {
+  float a, a_xhat;
+};
+
+// Adds leaf(lo) .. leaf(hi - 1) in a fixed pairwise tree (hi > lo), as MergePairwise.
+template <class Leaf>
+GradSums AddPairwise(size_t lo, size_t hi, const Leaf& leaf) {
+  if (hi - lo == 1) return leaf(lo);
+  const size_t mid = lo + (hi - lo) / 2;
+  const GradSums a = AddPairwise(lo, mid, leaf), b = AddPairwise(mid, hi, leaf);
+  return {a.a + b.a, a.a_xhat + b.a_xhat};
+}
+
 // Long rows are split into chunks of this many elements, whose moments are merged
 // pairwise. The split is part of the result's definition (it does not depend on the
 // thread count), and lets one row be spread over threads. A multiple of every

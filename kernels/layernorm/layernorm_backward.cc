@@ -22,14 +22,6 @@ namespace {
 // every count R of rows; smaller parts where few rows would leave threads idle.
 size_t PartRows(size_t rows) { return rows >= 64 ? 16 : 4; }
 
-// GradSums of a row from its chunks', added pairwise in a fixed order.
-GradSums MergeChunks(const GradSums* s, size_t lo, size_t hi) {
-  if (hi - lo == 1) return s[lo];
-  const size_t mid = lo + (hi - lo) / 2;
-  const GradSums a = MergeChunks(s, lo, mid), b = MergeChunks(s, mid, hi);
-  return {a.a + b.a, a.a_xhat + b.a_xhat};
-}
-
 // partial[p * cols + j] over parts p, added pairwise in place (part p takes part
 // p + s at s = 1, 2, 4, ...), into out[j] (nullptr: not wanted); columns split among
 // threads.
@@ -96,7 +88,9 @@ nk_status RunRowNormBackward(RowGradJob job, float* dgamma, float* dbeta) {
       chunk(item % chunks, &c0, &n);
       chunk_sums[item] = k.grad_sums(job, item / chunks, c0, n);
     });
-    for (size_t r = 0; r < rows; ++r) sums[r] = MergeChunks(&chunk_sums[r * chunks], 0, chunks);
+    for (size_t r = 0; r < rows; ++r) {
+      sums[r] = AddPairwise(0, chunks, [&](size_t i) { return chunk_sums[r * chunks + i]; });
+    }
   }
   const size_t items = parts * chunks;
   ParallelFor(static_cast<int>(std::min<size_t>(threads, items)), items, [&](size_t item) {

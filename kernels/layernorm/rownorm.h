@@ -48,12 +48,6 @@ struct RowGradJob {
   bool stream;              // write dx with non-temporal stores
 };
 
-// The two sums of a row's backward (or of a chunk of the row): sum of a = gamma * dy
-// and of a * x_hat.
-struct GradSums {
-  float a, a_xhat;
-};
-
 // What one Highway target provides. The op layer (layernorm.cc) partitions the work
 // and calls these; every function is thread-safe on disjoint rows or chunks.
 struct RowNormKernels {

@@ -26,45 +26,6 @@ namespace nk {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Per-lane sums of two quantities, fed one block at a time and added in a pairwise
-// tree (a binary counter over a small stack, as BlockTree's): O(log n) roundings,
-// which design.md's bound on dx asks of mean(a) and mean(a * x_hat); one chain per
-// lane over a long row would not meet it.
-template <class D>
-class PairSumTree {
- public:
-  using V = hn::Vec<D>;
-
-  HWY_INLINE void Add(D d, V a, V b) {
-    size_t level = 0;
-    for (size_t t = blocks_; t & 1; t >>= 1, ++level) {
-      a = hn::Add(hn::Load(d, a_ + level * kMax), a);
-      b = hn::Add(hn::Load(d, b_ + level * kMax), b);
-    }
-    hn::Store(a, d, a_ + level * kMax);
-    hn::Store(b, d, b_ + level * kMax);
-    ++blocks_;
-  }
-
-  // The sums of every block added (0 for none), lanes included; levels smallest first.
-  HWY_INLINE GradSums Take(D d) const {
-    V a = hn::Zero(d), b = hn::Zero(d);
-    for (size_t level = 0; (blocks_ >> level) != 0; ++level) {
-      if (((blocks_ >> level) & 1) == 0) continue;
-      a = hn::Add(hn::Load(d, a_ + level * kMax), a);
-      b = hn::Add(hn::Load(d, b_ + level * kMax), b);
-    }
-    return {hn::GetLane(hn::SumOfLanes(d, a)), hn::GetLane(hn::SumOfLanes(d, b))};
-  }
-
- private:
-  static constexpr size_t kMax = hn::MaxLanes(D());
-  static constexpr size_t kLevels = 48;  // 2^48 blocks: more than any memory
-  size_t blocks_ = 0;
-  HWY_ALIGN float a_[kLevels * kMax];
-  HWY_ALIGN float b_[kLevels * kMax];
-};
-
 // What the backward reads of one row: x_hat and a at element i.
 template <bool kCenter>
 struct GradRow {

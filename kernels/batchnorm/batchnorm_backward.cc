@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: Apache-2.0
+// batchnorm_backward.cc: BatchNorm's backward op layer. Each channel's two sums (dy,
+// dy * (x - mean)) come from pieces fixed by the shape alone, added in a fixed
+// pairwise tree, so the bits do not depend on the thread count; then dx by the
+// channel's map (SpanGrad), the same for every element whoever computes it.
+//
+// NCHW: a channel's pieces are runs of whole planes (about kChunk elements each), or
+// chunks of one long plane. With channels enough for every thread, each thread takes
+// whole channels and maps each right after its sums, while its x and dy are in L2.
+// Otherwise every piece is summed in parallel first, then the planes are mapped in
+// memory order. NHWC: rows in chunks of ColumnChunkRows(c), per-column sums of each
+// chunk added in a pairwise tree, as the forward's moments (batchnorm.cc).
+#include <algorithm>
+
+#include "hwy/cache_control.h"
+#include "kernels/batchnorm/batchnorm.h"
+#include "kernels/batchnorm/channelnorm.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/common/errors.h"
+#include "kernels/common/moments.h"
+#include "kernels/common/parallel.h"
+#include "kernels/common/workspace.h"
+
+namespace nk {
+
+namespace {
+
+nk_status OutOfMemory(const BatchNormGradJob& job) {
+  return SetError(NK_ERR_OUT_OF_MEMORY, "%s: out of memory for per-channel partial sums",
+                  job.function);
+}
+
+// The channel's map from its sums over every shard (sum_dy_xhat: of dy * x_hat), in
+// double: k_dy = gamma * rstd, k_c = -k_dy * sum_dy / m, k_x = k_dy * rstd *
+// sum_dy_xhat / m.
+SpanGrad GradMap(const BatchNormGradJob& job, size_t ci, float sum_dy, float sum_dy_xhat) {
+  const double r = job.rstd[ci];
+  const double k_dy = (job.gamma != nullptr ? job.gamma[ci] : 1.0) * r;
+  const double m = job.total_count;
+  return {job.mean[ci], static_cast<float>(k_dy), static_cast<float>(-k_dy * sum_dy / m),
+          static_cast<float>(k_dy * r * sum_dy_xhat / m)};
+}
+
+// sum of dy * x_hat from the kernels' sum of dy * (x - mean): one rounding.
+float TimesRstd(const BatchNormGradJob& job, size_t ci, float sum_dy_xc) {
+  return static_cast<float>(static_cast<double>(job.rstd[ci]) * sum_dy_xc);
+}
+
+struct Context {
+  const ChannelNormKernels& k;
+  int threads;
+  bool from_memory;  // x and dy far larger than the cache: lines asked for ahead
+  bool stream;       // dx written with non-temporal stores
+};
+
+Context ContextFor(const BatchNormGradJob& job, size_t tensors) {
+  const size_t elements = job.n * job.c * job.spatial;
+  const bool big = tensors * elements * sizeof(float) >= kStreamBytes;
+  return {ChannelNormKernelsFor(CurrentTarget()), ThreadsFor(elements), big,
+          big && job.dx != nullptr};
+}
+
+// ---------------------------------------------------------------- NCHW
+
+class GradPlanes {
+ public:
+  GradPlanes(const Context& ctx, const BatchNormGradJob& job)
+      : ctx_(ctx),
+        job_(job),
+        whole_(job.spatial <= kChunk),
+        planes_per_piece_(whole_ ? kChunk / job.spatial : 1),
+        chunks_(whole_ ? 1 : NumChunks(job.spatial)),
+        pieces_(whole_ ? (job.n + planes_per_piece_ - 1) / planes_per_piece_
+                       : job.n * chunks_) {}
+
+  size_t pieces() const { return pieces_; }  // per channel
+
+  GradSums Sums(size_t ci, size_t piece) const {
+    size_t first, planes, offset, len;
+    Piece(piece, &first, &planes, &offset, &len);
+    const size_t at = (first * job_.c + ci) * job_.spatial + offset;
+    return ctx_.k.planes_grad_sums(job_.x + at, job_.dy + at, planes,
+                                   job_.c * job_.spatial, len, job_.mean[ci],
+                                   ctx_.from_memory);
+  }
+
+  GradSums ChannelSums(size_t ci) const {
+    return AddPairwise(0, pieces_, [&](size_t p) { return Sums(ci, p); });
+  }
+
+  void Apply(size_t ci, size_t piece, const SpanGrad& g) const {
+    size_t first, planes, offset, len;
+    Piece(piece, &first, &planes, &offset, &len);
+    for (size_t p = first; p < first + planes; ++p) {
+      const size_t at = (p * job_.c + ci) * job_.spatial + offset;
+      ctx_.k.span_grad_apply(job_.x + at, job_.dy + at, len, g, ctx_.stream, job_.dx + at);
+    }
+  }
+
+  // Part t of `parts` of the tensor's spans (kChunk of a plane) in memory order, each
+  // by its channel's map.
+  void ApplyInOrder(size_t t, size_t parts, const SpanGrad* maps) const {
+    const size_t chunks = NumChunks(job_.spatial);
+    const size_t spans = job_.n * job_.c * chunks;
+    const size_t end = PartBegin(spans, t + 1, parts);
+    for (size_t s = PartBegin(spans, t, parts); s < end; ++s) {
+      const size_t plane = s / chunks, offset = s % chunks * kChunk;
+      const size_t at = plane * job_.spatial + offset;
+      ctx_.k.span_grad_apply(job_.x + at, job_.dy + at,
+                             std::min(kChunk, job_.spatial - offset), maps[plane % job_.c],
+                             ctx_.stream, job_.dx + at);
+    }
+    if (ctx_.stream) hwy::FlushStream();
+  }
+
+ private:
+  // Piece `piece` of a channel: planes [first, first + planes), elements [offset,
+  // offset + len) of each.
+  void Piece(size_t piece, size_t* first, size_t* planes, size_t* offset,
+             size_t* len) const {
+    if (whole_) {
+      *first = piece * planes_per_piece_;
+      *planes = std::min(planes_per_piece_, job_.n - *first);
+      *offset = 0;
+      *len = job_.spatial;
+      return;
+    }
+    *first = piece / chunks_;
+    *planes = 1;
+    *offset = piece % chunks_ * kChunk;
+    *len = std::min(kChunk, job_.spatial - *offset);
+  }
+
+  const Context& ctx_;
+  const BatchNormGradJob& job_;
+  const bool whole_;  // pieces of whole planes
+  const size_t planes_per_piece_, chunks_, pieces_;
+};
+
+// Whole channels per thread when that balances.
+bool ByChannel(size_t c, int threads) {
+  return threads == 1 || c % static_cast<size_t>(threads) == 0 ||
+         c >= 4 * static_cast<size_t>(threads);
+}
+
+// The sums of every channel of NCHW, finish(ci, sums) called for each on the thread
+// that added them; then, with `maps` (set by finish), dx.
+template <class Finish>
+nk_status RunPlanes(const Context& ctx, const BatchNormGradJob& job, const Finish& finish,
+                    SpanGrad* maps) {
+  const GradPlanes planes(ctx, job);
+  if (ByChannel(job.c, ctx.threads)) {
+    ForEachPart(ctx.threads, [&](size_t t, size_t parts) {
+      const size_t end = PartBegin(job.c, t + 1, parts);
+      for (size_t ci = PartBegin(job.c, t, parts); ci < end; ++ci) {
+        finish(ci, planes.ChannelSums(ci));
+        if (maps == nullptr) continue;
+        for (size_t p = 0; p < planes.pieces(); ++p) planes.Apply(ci, p, maps[ci]);
+      }
+      if (maps != nullptr && ctx.stream) hwy::FlushStream();
+    });
+    return NK_OK;
+  }
+  Workspace<GradSums, struct PlaneGradSumsTag> sums_ws;
+  const size_t items = job.c * planes.pieces();
+  GradSums* sums = sums_ws.Get(items);
+  if (sums == nullptr) return OutOfMemory(job);
+  SpinBarrier barrier;
+  ForEachPart(ctx.threads, [&](size_t t, size_t parts) {
+    const size_t end = PartBegin(items, t + 1, parts);
+    for (size_t i = PartBegin(items, t, parts); i < end; ++i) {
+      sums[i] = planes.Sums(i / planes.pieces(), i % planes.pieces());
+    }
+    barrier.Wait(parts);
+    const size_t c1 = PartBegin(job.c, t + 1, parts);
+    for (size_t ci = PartBegin(job.c, t, parts); ci < c1; ++ci) {
+      const GradSums* own = sums + ci * planes.pieces();
+      finish(ci, AddPairwise(0, planes.pieces(), [&](size_t p) { return own[p]; }));
+    }
+    if (maps == nullptr) return;
+    barrier.Wait(parts);
+    planes.ApplyInOrder(t, parts, maps);
+  });
+  return NK_OK;
+}
+
+// ---------------------------------------------------------------- NHWC
+
+class GradColumns {
+ public:
+  GradColumns(const Context& ctx, const BatchNormGradJob& job)
+      : ctx_(ctx),
+        job_(job),
+        rows_(job.n * job.spatial),
+        chunk_rows_(ColumnChunkRows(job.c)),
+        chunks_((rows_ + chunk_rows_ - 1) / chunk_rows_),
+        scratch_floats_(ColumnScratchFloats(chunk_rows_, job.c)) {}
+
+  // The buffers of the sums (`measure`) and of the maps (`apply`), taken before
+  // anything is written; false when out of memory.
+  bool Reserve(bool measure, bool apply) {
+    const size_t c = job_.c;
+    if (measure) {
+      sums_ = sums_ws_.Get(2 * chunks_ * c);
+      scratch_ = scratch_ws_.Get(static_cast<size_t>(ctx_.threads) * scratch_floats_);
+      if (sums_ == nullptr || scratch_ == nullptr) return false;
+    }
+    if (apply) {
+      maps_ = maps_ws_.Get(4 * c);
+      if (maps_ == nullptr) return false;
+    }
+    return true;
+  }
+
+  // Part t of `parts`: the per-column sums of its chunks of rows.
+  void Measure(size_t t, size_t parts) {
+    const size_t c = job_.c;
+    float* own = scratch_ + t * scratch_floats_;
+    const size_t end = PartBegin(chunks_, t + 1, parts);
+    for (size_t ch = PartBegin(chunks_, t, parts); ch < end; ++ch) {
+      const size_t at = ch * chunk_rows_ * c;
+      const size_t rows = std::min(rows_, (ch + 1) * chunk_rows_) - ch * chunk_rows_;
+      ctx_.k.column_grad_sums(job_.x + at, job_.dy + at, rows, c, job_.mean,
+                              ctx_.from_memory, own, SumDy(ch), SumDyXc(ch));
+    }
+  }
+
+  // Once every part is measured: the chunks' sums of channels [c0, c1) added into
+  // chunk 0's, in a pairwise tree (at width w, chunk a takes in chunk a + w).
+  void Merge(size_t c0, size_t c1) {
+    for (size_t w = 1; w < chunks_; w *= 2) {
+      for (size_t a = 0; a + w < chunks_; a += 2 * w) {
+        for (size_t ci = c0; ci < c1; ++ci) {
+          SumDy(a)[ci] += SumDy(a + w)[ci];
+          SumDyXc(a)[ci] += SumDyXc(a + w)[ci];
+        }
+      }
+    }
+  }
+
+  // Once merged: channel ci's sums.
+  GradSums Sums(size_t ci) { return {SumDy(0)[ci], SumDyXc(0)[ci]}; }
+
+  void SetMap(size_t ci, const SpanGrad& g) {
+    const size_t c = job_.c;
+    maps_[ci] = g.mean;
+    maps_[c + ci] = g.k_dy;
+    maps_[2 * c + ci] = g.k_c;
+    maps_[3 * c + ci] = g.k_x;
+  }
+
+  // Once every channel's map is set: part t of the rows mapped, in equal parts of
+  // blocks of 16 rows (a narrow row's period, see ColumnPeriodRows).
+  void Apply(size_t t, size_t parts) const {
+    const size_t c = job_.c;
+    constexpr size_t kRowBlock = 16;
+    const size_t blocks = (rows_ + kRowBlock - 1) / kRowBlock;
+    const size_t r0 = std::min(rows_, PartBegin(blocks, t, parts) * kRowBlock);
+    const size_t r1 = std::min(rows_, PartBegin(blocks, t + 1, parts) * kRowBlock);
+    if (r1 > r0) {
+      ctx_.k.column_grad_apply(job_.x + r0 * c, job_.dy + r0 * c, r1 - r0, c,
+                               ColumnGrad{maps_, maps_ + c, maps_ + 2 * c, maps_ + 3 * c},
+                               ctx_.stream, job_.dx + r0 * c);
+    }
+    if (ctx_.stream) hwy::FlushStream();
+  }
+
+ private:
+  float* SumDy(size_t chunk) { return sums_ + 2 * chunk * job_.c; }
+  float* SumDyXc(size_t chunk) { return sums_ + (2 * chunk + 1) * job_.c; }
+
+  const Context& ctx_;
+  const BatchNormGradJob& job_;
+  const size_t rows_, chunk_rows_, chunks_, scratch_floats_;
+  Workspace<float, struct ColumnGradSumsTag> sums_ws_;
+  Workspace<float, struct ColumnGradScratchTag> scratch_ws_;
+  Workspace<float, struct ColumnGradMapsTag> maps_ws_;
+  float* sums_ = nullptr;     // per chunk: sum_dy[c], then sum_dy_xc[c]
+  float* scratch_ = nullptr;
+  float* maps_ = nullptr;     // mean, k_dy, k_c, k_x: c each
+};
+
+// One NHWC call in one region: the sums (`measure`), after a barrier their merge and
+// finish(columns, ci) for each channel on the thread that owns it (it sets the map
+// where dx is wanted), after another barrier dx (`apply`).
+template <class Finish>
+nk_status RunColumns(const Context& ctx, const BatchNormGradJob& job, bool measure,
+                     bool apply, const Finish& finish) {
+  GradColumns columns(ctx, job);
+  if (!columns.Reserve(measure, apply)) return OutOfMemory(job);
+  SpinBarrier barrier;
+  ForEachPart(ctx.threads, [&](size_t t, size_t parts) {
+    if (measure) {
+      columns.Measure(t, parts);
+      barrier.Wait(parts);
+    }
+    const size_t c0 = PartBegin(job.c, t, parts), c1 = PartBegin(job.c, t + 1, parts);
+    if (measure) columns.Merge(c0, c1);
+    for (size_t ci = c0; ci < c1; ++ci) finish(columns, ci);
+    if (!apply) return;
+    barrier.Wait(parts);
+    columns.Apply(t, parts);
+  });
+  return NK_OK;
+}
+
+}  // namespace
+
+nk_status BatchNormBackward(const BatchNormGradJob& job, float* dgamma, float* dbeta) {
+  const Context ctx = ContextFor(job, 3);
+  // The channel's sums as the outputs and the map; SpanGrad is set where dx needs it.
+  const auto finish = [&](size_t ci, const GradSums& s) {
+    const float sum_dy_xhat = TimesRstd(job, ci, s.a_xhat);
+    if (dgamma != nullptr) dgamma[ci] = sum_dy_xhat;
+    if (dbeta != nullptr) dbeta[ci] = s.a;
+    return GradMap(job, ci, s.a, sum_dy_xhat);
+  };
+  if (job.channels_last) {
+    return RunColumns(ctx, job, true, true, [&](GradColumns& columns, size_t ci) {
+      columns.SetMap(ci, finish(ci, columns.Sums(ci)));
+    });
+  }
+  Workspace<SpanGrad, struct PlaneMapsTag> maps_ws;
+  SpanGrad* maps = maps_ws.Get(job.c);
+  if (maps == nullptr) return OutOfMemory(job);
+  return RunPlanes(
+      ctx, job, [&](size_t ci, const GradSums& s) { maps[ci] = finish(ci, s); }, maps);
+}
+
+nk_status BatchNormBackwardReduce(const BatchNormGradJob& job, float* sum_dy,
+                                  float* sum_dy_xhat) {
+  const Context ctx = ContextFor(job, 2);
+  const auto finish = [&](size_t ci, const GradSums& s) {
+    sum_dy[ci] = s.a;
+    sum_dy_xhat[ci] = TimesRstd(job, ci, s.a_xhat);
+  };
+  if (job.channels_last) {
+    return RunColumns(ctx, job, true, false, [&](GradColumns& columns, size_t ci) {
+      finish(ci, columns.Sums(ci));
+    });
+  }
+  return RunPlanes(ctx, job, finish, nullptr);
+}
+
+nk_status BatchNormBackwardApply(const BatchNormGradJob& job, const float* sum_dy,
+                                 const float* sum_dy_xhat) {
+  const Context ctx = ContextFor(job, 3);
+  if (job.channels_last) {
+    return RunColumns(ctx, job, false, true, [&](GradColumns& columns, size_t ci) {
+      columns.SetMap(ci, GradMap(job, ci, sum_dy[ci], sum_dy_xhat[ci]));
+    });
+  }
+  Workspace<SpanGrad, struct PlaneMapsTag> maps_ws;
+  SpanGrad* maps = maps_ws.Get(job.c);
+  if (maps == nullptr) return OutOfMemory(job);
+  for (size_t ci = 0; ci < job.c; ++ci) {
+    maps[ci] = GradMap(job, ci, sum_dy[ci], sum_dy_xhat[ci]);
+  }
+  const GradPlanes planes(ctx, job);
+  ForEachPart(ctx.threads,
+              [&](size_t t, size_t parts) { planes.ApplyInOrder(t, parts, maps); });
+  return NK_OK;
+}
+
+}  // namespace nk

@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: Apache-2.0
+// channelnorm_backward-inl.h: BatchNorm's backward per target. A channel's two sums,
+// of dy and of dy * (x - mean), as pairwise trees of per-lane block sums (the bound
+// of design.md), then its dx by one map per channel:
+//   dx = gamma * rstd * (dy - mean(dy) - x_hat * mean(dy * x_hat))
+//      = dy * k_dy + k_c - (x - mean) * k_x                          (SpanGrad)
+// NCHW reads a channel as runs of contiguous planes; NHWC puts channels in lanes, as
+// the forward's columns (channelnorm-inl.h), narrow rows widened to whole vectors.
+#if defined(NK_KERNELS_CHANNELNORM_BACKWARD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef NK_KERNELS_CHANNELNORM_BACKWARD_INL_H_
+#undef NK_KERNELS_CHANNELNORM_BACKWARD_INL_H_
+#else
+#define NK_KERNELS_CHANNELNORM_BACKWARD_INL_H_
+#endif
+
+#include <stdint.h>
+
+#include "hwy/cache_control.h"
+#include "hwy/highway.h"
+#include "kernels/batchnorm/channelnorm-inl.h"
+#include "kernels/batchnorm/channelnorm.h"
+#include "kernels/common/moments-inl.h"
+#include "kernels/common/sources-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace nk {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// ---------------------------------------------------------------- planes (NCHW)
+
+GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t stride,
+                        size_t len, float mean, bool from_memory) {
+  const hn::ScalableTag<float> d;
+  const hn::CappedTag<float, 1> d1;
+  using V = hn::Vec<decltype(d)>;
+  const size_t N = hn::Lanes(d);
+  const size_t block = kBlockVectors * N;
+  const V vmean = hn::Set(d, mean);
+  // The lines of elements [i, i + n) of plane p, kReadAheadBytes further on in the
+  // planes' sequence: the next plane's first lines near the end of one.
+  const auto ask_ahead = [&](size_t p, size_t i, size_t n) {
+    const size_t ahead = kReadAheadBytes / sizeof(float);
+    for (size_t k = i; k < i + n; k += kLineFloats) {
+      const size_t at = p * len + k + ahead;
+      const size_t q = at / len;
+      if (q >= planes) return;
+      hwy::Prefetch(x + q * stride + (at - q * len));
+      hwy::Prefetch(dy + q * stride + (at - q * len));
+    }
+  };
+  PairSumTree<decltype(d)> tree;
+  PairSumTree<decltype(d1)> tails;
+  for (size_t p = 0; p < planes; ++p) {
+    const float* xp = x + p * stride;
+    const float* dp = dy + p * stride;
+    size_t i = 0;
+    for (; i + block <= len; i += block) {
+      if (from_memory) ask_ahead(p, i, block);
+      V sa[2] = {hn::Zero(d), hn::Zero(d)}, sb[2] = {hn::Zero(d), hn::Zero(d)};
+      HWY_UNROLL(16)
+      for (size_t k = 0; k < kBlockVectors; ++k) {
+        const V g = hn::LoadU(d, dp + i + k * N);
+        sa[k & 1] = hn::Add(sa[k & 1], g);
+        sb[k & 1] = hn::MulAdd(g, hn::Sub(hn::LoadU(d, xp + i + k * N), vmean), sb[k & 1]);
+      }
+      tree.Add(d, hn::Add(sa[0], sa[1]), hn::Add(sb[0], sb[1]));
+    }
+    if (from_memory && i < len) ask_ahead(p, i, len - i);
+    if (i + N <= len) {
+      V sa = hn::Zero(d), sb = hn::Zero(d);
+      for (; i + N <= len; i += N) {
+        const V g = hn::LoadU(d, dp + i);
+        sa = hn::Add(sa, g);
+        sb = hn::MulAdd(g, hn::Sub(hn::LoadU(d, xp + i), vmean), sb);
+      }
+      tree.Add(d, sa, sb);
+    }
+    if (i < len) {  // fewer than a vector: one lane, one block per plane
+      hn::Vec<decltype(d1)> sa = hn::Zero(d1), sb = hn::Zero(d1);
+      for (; i < len; ++i) {
+        const auto g = hn::LoadU(d1, dp + i);
+        sa = hn::Add(sa, g);
+        sb = hn::MulAdd(g, hn::Sub(hn::LoadU(d1, xp + i), hn::Set(d1, mean)), sb);
+      }
+      tails.Add(d1, sa, sb);
+    }
+  }
+  const GradSums v = tree.Take(d), t = tails.Take(d1);
+  return {v.a + t.a, v.a_xhat + t.a_xhat};
+}
+
+// dx may be dy: each element is read before it is written.
+void SpanGradApply(const float* x, const float* dy, size_t n, const SpanGrad& g,
+                   bool stream, float* dx) {
+  const auto value = [&](auto d, size_t i) HWY_ATTR {
+    const auto t = hn::MulAdd(hn::LoadU(d, dy + i), hn::Set(d, g.k_dy), hn::Set(d, g.k_c));
+    return hn::NegMulAdd(hn::Sub(hn::LoadU(d, x + i), hn::Set(d, g.mean)),
+                         hn::Set(d, g.k_x), t);
+  };
+  const auto store = [&](auto d, size_t i) HWY_ATTR { hn::StoreU(value(d, i), d, dx + i); };
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  size_t i = 0;
+  if (stream && reinterpret_cast<uintptr_t>(dx) % sizeof(float) == 0) {
+    const hn::CappedTag<float, 1> d1;  // whole lines streamed (sources-inl.h)
+    for (const size_t head = HWY_MIN(HeadToLine(dx), n); i < head; ++i) store(d1, i);
+    const size_t lines_end = i + (n - i) / kLineFloats * kLineFloats;
+    for (; i + N <= lines_end; i += N) hn::Stream(value(d, i), d, dx + i);
+  }
+  for (; i + 4 * N <= n; i += 4 * N) {
+    store(d, i);
+    store(d, i + N);
+    store(d, i + 2 * N);
+    store(d, i + 3 * N);
+  }
+  ForEachVector(d, i, n, store);
+}
+
+// ---------------------------------------------------------------- columns (NHWC)
+
+// Per-column sums of [rows][c] by blocks of kBlockVectors rows (two chains per lane)
+// in a pairwise tree per column; scratch holds the tree's levels.
+void ColumnGradSumsTree(const float* x, const float* dy, size_t rows, size_t c,
+                        const float* mean, bool from_memory, float* scratch,
+                        float* sum_dy, float* sum_dy_xc) {
+  constexpr size_t K = kBlockVectors;
+  const size_t levels = ColumnLevels(rows);
+  float* level_a = scratch;
+  float* level_b = scratch + levels * c;
+  const size_t blocks = rows / K;
+  // k rows of the columns at j, from row r0 on, summed into a and b (two chains).
+  const auto rows_sums = [&](auto d, size_t r0, size_t k, size_t j, auto& a, auto& b)
+                             HWY_ATTR {
+    using VV = hn::Vec<decltype(d)>;
+    const VV m = hn::LoadU(d, mean + j);
+    VV sa[2] = {hn::Zero(d), hn::Zero(d)}, sb[2] = {hn::Zero(d), hn::Zero(d)};
+    for (size_t r = 0; r < k; ++r) {
+      const size_t at = (r0 + r) * c + j;
+      const VV g = hn::LoadU(d, dy + at);
+      sa[r & 1] = hn::Add(sa[r & 1], g);
+      sb[r & 1] = hn::MulAdd(g, hn::Sub(hn::LoadU(d, x + at), m), sb[r & 1]);
+    }
+    a = hn::Add(sa[0], sa[1]);
+    b = hn::Add(sb[0], sb[1]);
+  };
+  for (size_t blk = 0; blk < blocks; ++blk) {
+    if (from_memory) {
+      PrefetchAhead(F32Source{x + blk * K * c}, 0, K * c, kReadAheadBytes);
+      PrefetchAhead(F32Source{dy + blk * K * c}, 0, K * c, kReadAheadBytes);
+    }
+    ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
+      hn::Vec<decltype(d)> a, b;
+      rows_sums(d, blk * K, K, j, a, b);
+      AddToSumTree(d, blk, a, b, level_a + j, level_b + j, c);
+    });
+  }
+  const size_t rest = rows - blocks * K;
+  ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
+    hn::Vec<decltype(d)> a, b;
+    CollapseSumTree(d, blocks, level_a + j, level_b + j, c, a, b);
+    if (rest != 0) {
+      hn::Vec<decltype(d)> ra, rb;
+      rows_sums(d, blocks * K, rest, j, ra, rb);
+      a = hn::Add(a, ra);
+      b = hn::Add(b, rb);
+    }
+    hn::StoreU(a, d, sum_dy + j);
+    hn::StoreU(b, d, sum_dy_xc + j);
+  });
+}
+
+void ColumnGradSums(const float* x, const float* dy, size_t rows, size_t c,
+                    const float* mean, bool from_memory, float* scratch, float* sum_dy,
+                    float* sum_dy_xc) {
+  const size_t k = ColumnPeriodRows(c);
+  if (k == 1 || rows < k) {
+    ColumnGradSumsTree(x, dy, rows, c, mean, from_memory, scratch, sum_dy, sum_dy_xc);
+    return;
+  }
+  // Narrow rows: sums of rows / k wide rows of k * c columns (the means repeated),
+  // folded in halves (column j and j + width / 2 are the same channel), then the
+  // rows % k left over.
+  const size_t width = k * c;
+  const size_t wide_rows = rows / k;
+  HWY_ALIGN float wide_mean[kMaxColumnPeriod];
+  HWY_ALIGN float a[kMaxColumnPeriod];
+  HWY_ALIGN float b[kMaxColumnPeriod];
+  for (size_t j = 0; j < width; ++j) wide_mean[j] = mean[j % c];
+  ColumnGradSumsTree(x, dy, wide_rows, width, wide_mean, from_memory, scratch, a, b);
+  for (size_t half = width / 2; half >= c; half /= 2) {
+    ForEachColumnGroup(half, [&](auto d, size_t j) HWY_ATTR {
+      hn::StoreU(hn::Add(hn::LoadU(d, a + j), hn::LoadU(d, a + half + j)), d, a + j);
+      hn::StoreU(hn::Add(hn::LoadU(d, b + j), hn::LoadU(d, b + half + j)), d, b + j);
+    });
+  }
+  const size_t rest = rows - wide_rows * k;
+  if (rest != 0) {
+    HWY_ALIGN float ra[kMaxColumnPeriod];
+    HWY_ALIGN float rb[kMaxColumnPeriod];
+    ColumnGradSumsTree(x + wide_rows * width, dy + wide_rows * width, rest, c, mean,
+                       from_memory, scratch, ra, rb);
+    for (size_t j = 0; j < c; ++j) {
+      a[j] += ra[j];
+      b[j] += rb[j];
+    }
+  }
+  for (size_t j = 0; j < c; ++j) {
+    sum_dy[j] = a[j];
+    sum_dy_xc[j] = b[j];
+  }
+}
+
+// dx of [rows][c] row by row, the columns' maps loaded from L1 for every row.
+// Streamed where every row starts a cache line (whole lines, sources-inl.h).
+void GradColumnRows(const float* x, const float* dy, size_t rows, size_t c,
+                    const ColumnGrad& g, bool stream, float* dx) {
+  const auto value = [&](auto d, size_t i, size_t j) HWY_ATTR {
+    const auto t = hn::MulAdd(hn::LoadU(d, dy + i), hn::LoadU(d, g.k_dy + j),
+                              hn::LoadU(d, g.k_c + j));
+    return hn::NegMulAdd(hn::Sub(hn::LoadU(d, x + i), hn::LoadU(d, g.mean + j)),
+                         hn::LoadU(d, g.k_x + j), t);
+  };
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  if (stream && reinterpret_cast<uintptr_t>(dx) % kLineBytes == 0 &&
+      c % kLineFloats == 0) {
+    for (size_t r = 0; r < rows; ++r) {
+      for (size_t j = 0; j < c; j += N) {
+        const size_t i = r * c + j;
+        if (i % kLineFloats == 0) {
+          hwy::Prefetch(reinterpret_cast<const char*>(x + i) + kReadAheadBytes);
+          hwy::Prefetch(reinterpret_cast<const char*>(dy + i) + kReadAheadBytes);
+        }
+        hn::Stream(value(d, i, j), d, dx + i);
+      }
+    }
+    return;
+  }
+  for (size_t r = 0; r < rows; ++r) {
+    ForEachColumnGroup(c, [&](auto dv, size_t j) HWY_ATTR {
+      hn::StoreU(value(dv, r * c + j, j), dv, dx + r * c + j);
+    });
+  }
+}
+
+void ColumnGradApply(const float* x, const float* dy, size_t rows, size_t c,
+                     const ColumnGrad& g, bool stream, float* dx) {
+  const size_t k = ColumnPeriodRows(c);
+  if (k == 1 || rows < k) return GradColumnRows(x, dy, rows, c, g, stream, dx);
+  // Narrow rows: the maps repeated k times, so k rows are one row of whole vectors.
+  const size_t width = k * c;
+  HWY_ALIGN float wide[4][kMaxColumnPeriod];
+  const float* in[4] = {g.mean, g.k_dy, g.k_c, g.k_x};
+  for (size_t p = 0; p < 4; ++p) {
+    for (size_t j = 0; j < width; ++j) wide[p][j] = in[p][j % c];
+  }
+  const size_t wide_rows = rows / k;
+  GradColumnRows(x, dy, wide_rows, width, ColumnGrad{wide[0], wide[1], wide[2], wide[3]},
+                 stream, dx);
+  const size_t done = wide_rows * width;
+  GradColumnRows(x + done, dy + done, rows - wide_rows * k, c, g, stream, dx + done);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace nk
+HWY_AFTER_NAMESPACE();
+
+#endif  // NK_KERNELS_CHANNELNORM_BACKWARD_INL_H_
