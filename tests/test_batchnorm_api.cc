@@ -247,5 +247,156 @@ TEST(BatchNormApi, UpdateRunningRules) {
             NK_OK);
 }
 
+// Buffers of a small valid backward call, every output NaN-filled.
+struct BnGrad {
+  static constexpr size_t c = 3, elements = 2 * c * 4;  // n 2, spatial 4
+  Buffer x{elements}, dy{elements}, dx{elements}, mean{c}, rstd{c}, gamma{c}, dgamma{c},
+      dbeta{c}, sum_dy{c}, sum_dy_xhat{c};
+  BnGrad() {
+    FillNormal(x, 1);
+    FillNormal(dy, 2);
+    mean.Fill(0.0f);
+    rstd.Fill(1.0f);
+    gamma.Fill(1.0f);
+  }
+  // sums: the reduce's outputs are checked too (not where they are apply's inputs).
+  bool Untouched(bool sums = true) const {
+    for (size_t i = 0; i < elements; ++i) {
+      if (!std::isnan(dx[i])) return false;
+    }
+    for (size_t i = 0; i < c; ++i) {
+      if (!std::isnan(dgamma[i]) || !std::isnan(dbeta[i]) ||
+          (sums && (!std::isnan(sum_dy[i]) || !std::isnan(sum_dy_xhat[i])))) {
+        return false;
+      }
+    }
+    return true;
+  }
+};
+
+TEST(BatchNormApi, BackwardRules) {
+  const char* f = "nk_batchnorm_backward_f32";
+  BnGrad b;
+  const auto call = [&](size_t n, size_t c, int layout, const float* x, const float* dy,
+                        const float* mean, const float* rstd, float* dx, float* dgamma,
+                        float* dbeta) {
+    return nk_batchnorm_backward_f32(n, c, 4, static_cast<nk_layout>(layout), x, dy, mean,
+                                     rstd, b.gamma.data(), dx, dgamma, dbeta);
+  };
+  float *x = b.x.data(), *dy = b.dy.data(), *mean = b.mean.data(), *rstd = b.rstd.data();
+  float *dx = b.dx.data(), *dg = b.dgamma.data(), *db = b.dbeta.data();
+  ExpectError(call(2, 3, 2, x, dy, mean, rstd, dx, dg, db), NK_ERR_INVALID_ARGUMENT, f,
+              "layout");
+  ExpectError(call(kMax, 3, 0, x, dy, mean, rstd, dx, dg, db), NK_ERR_INVALID_SHAPE, f,
+              "overflow");
+  ExpectError(call(2, 3, 0, nullptr, dy, mean, rstd, dx, dg, db), NK_ERR_NULL_POINTER, f,
+              "x is NULL");
+  ExpectError(call(2, 3, 0, x, nullptr, mean, rstd, dx, dg, db), NK_ERR_NULL_POINTER, f,
+              "dy is NULL");
+  ExpectError(call(2, 3, 1, x, dy, nullptr, rstd, dx, dg, db), NK_ERR_NULL_POINTER, f,
+              "save_mean is NULL");
+  ExpectError(call(2, 3, 1, x, dy, mean, nullptr, dx, dg, db), NK_ERR_NULL_POINTER, f,
+              "save_rstd is NULL");
+  ExpectError(call(2, 3, 0, x, dy, mean, rstd, nullptr, dg, db), NK_ERR_NULL_POINTER, f,
+              "dx is NULL");
+  ExpectError(call(2, 3, 0, x, dy, mean, rstd, x, dg, db), NK_ERR_OVERLAP, f,
+              "dx overlaps x");
+  ExpectError(call(2, 3, 0, x, dy, mean, rstd, dy + 1, dg, db), NK_ERR_OVERLAP, f,
+              "dx overlaps dy partially");
+  ExpectError(call(2, 3, 1, x, dy, mean, rstd, dx, dg, dg), NK_ERR_OVERLAP, f,
+              "dgamma overlaps dbeta");
+  ExpectError(call(2, 3, 0, x, dy, mean, rstd, dx, mean, db), NK_ERR_OVERLAP, f,
+              "dgamma overlaps save_mean");
+  ExpectError(call(2, 3, 0, x, dy, mean, rstd, dx, dg, dx + 2), NK_ERR_OVERLAP, f,
+              "dx overlaps dbeta");
+  EXPECT_TRUE(b.Untouched());
+  // Empty tensors are no-ops with any pointers; dx may be dy; the parameters' gradients
+  // are optional.
+  EXPECT_EQ(call(0, 3, 0, nullptr, nullptr, nullptr, nullptr, nullptr, dg, db), NK_OK);
+  EXPECT_EQ(call(2, 0, 1, nullptr, nullptr, nullptr, nullptr, nullptr, dg, db), NK_OK);
+  EXPECT_TRUE(b.Untouched());
+  EXPECT_EQ(call(2, 3, 0, x, dy, mean, rstd, dy, nullptr, nullptr), NK_OK)
+      << nk_last_error();
+}
+
+TEST(BatchNormApi, BackwardReduceRules) {
+  const char* f = "nk_batchnorm_backward_reduce_f32";
+  BnGrad b;
+  const auto call = [&](size_t n, size_t c, int layout, const float* x, const float* dy,
+                        const float* mean, const float* rstd, float* sum_dy,
+                        float* sum_dy_xhat) {
+    return nk_batchnorm_backward_reduce_f32(n, c, 4, static_cast<nk_layout>(layout), x, dy,
+                                            mean, rstd, sum_dy, sum_dy_xhat);
+  };
+  float *x = b.x.data(), *dy = b.dy.data(), *mean = b.mean.data(), *rstd = b.rstd.data();
+  float *s = b.sum_dy.data(), *sx = b.sum_dy_xhat.data();
+  ExpectError(call(2, 3, 5, x, dy, mean, rstd, s, sx), NK_ERR_INVALID_ARGUMENT, f,
+              "layout");
+  ExpectError(call(kMax, 3, 0, x, dy, mean, rstd, s, sx), NK_ERR_INVALID_SHAPE, f,
+              "overflow");
+  ExpectError(call(2, 3, 0, nullptr, dy, mean, rstd, s, sx), NK_ERR_NULL_POINTER, f,
+              "x is NULL");
+  ExpectError(call(2, 3, 0, x, nullptr, mean, rstd, s, sx), NK_ERR_NULL_POINTER, f,
+              "dy is NULL");
+  ExpectError(call(2, 3, 0, x, dy, nullptr, rstd, s, sx), NK_ERR_NULL_POINTER, f,
+              "mean is NULL");
+  ExpectError(call(2, 3, 0, x, dy, mean, nullptr, s, sx), NK_ERR_NULL_POINTER, f,
+              "rstd is NULL");
+  ExpectError(call(0, 3, 0, nullptr, nullptr, mean, rstd, nullptr, sx),
+              NK_ERR_NULL_POINTER, f, "sum_dy is NULL");
+  ExpectError(call(2, 3, 1, x, dy, mean, rstd, s, nullptr), NK_ERR_NULL_POINTER, f,
+              "sum_dy_xhat is NULL");
+  ExpectError(call(2, 3, 0, x, dy, mean, rstd, s, s + 1), NK_ERR_OVERLAP, f,
+              "sum_dy overlaps sum_dy_xhat");
+  ExpectError(call(2, 3, 0, x, dy, mean, rstd, x + 5, sx), NK_ERR_OVERLAP, f,
+              "sum_dy overlaps x");
+  EXPECT_TRUE(b.Untouched());
+  EXPECT_EQ(call(2, 0, 0, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr), NK_OK);
+  EXPECT_TRUE(b.Untouched());
+  // An empty shard writes zeros (its share of the allreduce); x and dy may be NULL.
+  ASSERT_EQ(call(0, 3, 0, nullptr, nullptr, mean, rstd, s, sx), NK_OK) << nk_last_error();
+  for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(s[i] == 0.0f && sx[i] == 0.0f);
+}
+
+TEST(BatchNormApi, BackwardApplyRules) {
+  const char* f = "nk_batchnorm_backward_apply_f32";
+  BnGrad b;
+  b.sum_dy.Fill(0.5f);
+  b.sum_dy_xhat.Fill(0.25f);
+  const auto call = [&](size_t n, size_t c, int layout, const float* x, const float* dy,
+                        const float* mean, const float* rstd, uint64_t total,
+                        const float* sum_dy, const float* sum_dy_xhat, float* dx) {
+    return nk_batchnorm_backward_apply_f32(n, c, 4, static_cast<nk_layout>(layout), x, dy,
+                                           mean, rstd, b.gamma.data(), total, sum_dy,
+                                           sum_dy_xhat, dx);
+  };
+  float *x = b.x.data(), *dy = b.dy.data(), *mean = b.mean.data(), *rstd = b.rstd.data();
+  float *s = b.sum_dy.data(), *sx = b.sum_dy_xhat.data(), *dx = b.dx.data();
+  ExpectError(call(2, 3, -3, x, dy, mean, rstd, 8, s, sx, dx), NK_ERR_INVALID_ARGUMENT, f,
+              "layout");
+  ExpectError(call(kMax, 3, 0, x, dy, mean, rstd, 8, s, sx, dx), NK_ERR_INVALID_SHAPE, f,
+              "overflow");
+  ExpectError(call(2, 3, 0, x, dy, mean, rstd, 7, s, sx, dx), NK_ERR_INVALID_SHAPE, f,
+              "total_count is 7");
+  ExpectError(call(2, 3, 0, nullptr, dy, mean, rstd, 8, s, sx, dx), NK_ERR_NULL_POINTER, f,
+              "x is NULL");
+  ExpectError(call(2, 3, 0, x, dy, mean, rstd, 8, nullptr, sx, dx), NK_ERR_NULL_POINTER, f,
+              "sum_dy is NULL");
+  ExpectError(call(2, 3, 1, x, dy, mean, rstd, 8, s, nullptr, dx), NK_ERR_NULL_POINTER, f,
+              "sum_dy_xhat is NULL");
+  ExpectError(call(2, 3, 1, x, dy, mean, rstd, 8, s, sx, nullptr), NK_ERR_NULL_POINTER, f,
+              "dx is NULL");
+  ExpectError(call(2, 3, 0, x, dy, mean, rstd, 8, s, sx, x), NK_ERR_OVERLAP, f,
+              "dx overlaps x");
+  ExpectError(call(2, 3, 0, x, dy, mean, rstd, 8, dx + 4, sx, dx), NK_ERR_OVERLAP, f,
+              "dx overlaps sum_dy");
+  EXPECT_TRUE(b.Untouched(false));
+  EXPECT_EQ(call(0, 3, 0, nullptr, nullptr, nullptr, nullptr, 0, nullptr, nullptr,
+                 nullptr),
+            NK_OK);
+  EXPECT_TRUE(b.Untouched(false));
+  EXPECT_EQ(call(2, 3, 0, x, dy, mean, rstd, 100, s, sx, dy), NK_OK) << nk_last_error();
+}
+
 }  // namespace
 }  // namespace nk_test
