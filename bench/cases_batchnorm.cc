@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // cases_batchnorm.cc: BatchNorm's benchmark cases: the cells the documentation
 // compares and a batch-size sweep for the plot; with --full, the CNN shapes of the
-// BatchNorm issue in both layouts, training, inference and the SyncBatchNorm moments
-// and steps.
+// BatchNorm issue in both layouts, training, inference, backward and the SyncBatchNorm
+// moments and steps.
 #include <string>
 #include <vector>
 
@@ -12,9 +12,9 @@
 namespace nk_bench {
 namespace {
 
-enum class Op { kTraining, kInference, kMoments };
+enum class Op { kTraining, kInference, kMoments, kBackward };
 const char* const kOpNames[] = {"batchnorm_training", "batchnorm_inference",
-                                "batchnorm_moments"};
+                                "batchnorm_moments", "batchnorm_backward"};
 
 struct Shape {
   size_t n, c, h, w;
@@ -31,15 +31,20 @@ void RegisterBatchNorm(Op op, Shape s, bool nhwc, Case c) {
   c.shape = std::to_string(s.n) + "x" + std::to_string(s.c) + "x" + std::to_string(s.h) +
             "x" + std::to_string(s.w) + (nhwc ? " NHWC" : " NCHW");
   c.elements = static_cast<double>(elements);
-  // x and y; the moments read x only (counted once: the copy moves half of it).
-  c.bytes = (op == Op::kMoments ? 1.0 : 2.0) * elements * sizeof(float);
+  // x and y; the moments read x only (counted once: the copy moves half of it); the
+  // backward x, dy and dx.
+  const double tensors = op == Op::kMoments ? 1.0 : op == Op::kBackward ? 3.0 : 2.0;
+  c.bytes = tensors * elements * sizeof(float);
   c.copy = CopyFor(c.bytes, threads, off);
-  if (op != Op::kMoments) {
+  if (op == Op::kBackward) {
+    c.onednn = OneDnnBatchNormBackward(s.n, s.c, s.h, s.w, nhwc, threads, off);
+  } else if (op != Op::kMoments) {
     c.onednn =
         OneDnnBatchNorm(s.n, s.c, s.h, s.w, nhwc, op == Op::kTraining, threads, off);
   }
   const float* x = Tensor(0, elements, off);
-  float* y = Tensor(3, elements, off);
+  const float* dy = Tensor(1, elements, off);
+  float* y = Tensor(3, elements, off);  // dx of the backward
   const float* g = Gamma(s.c, off);
   const float* b = Beta(s.c, off);
   float* mean = Tensor(4, s.c, off);
@@ -70,6 +75,10 @@ void RegisterBatchNorm(Op op, Shape s, bool nhwc, Case c) {
             break;
           case Op::kMoments:
             nk_batchnorm_moments_f32(n, ch, spatial, layout, x, mean, var);
+            break;
+          case Op::kBackward:  // var as save_rstd; running_* as dgamma, dbeta
+            nk_batchnorm_backward_f32(n, ch, spatial, layout, x, dy, mean, var, g, y,
+                                      running_mean, running_var);
             break;
         }
       });
@@ -120,6 +129,13 @@ void RegisterBatchNormCases(const Selection& s) {
     c.main = true;
     for (Op op : {Op::kTraining, Op::kInference}) RegisterBatchNorm(op, first, true, c);
   }
+  // The backward's cells: ResNet's first stage and a later one, both layouts.
+  for (Case c : Placements(s.isas, s.threads)) {
+    c.main = true;
+    for (const Shape& shape : {first, Shape{256, 256, 14, 14}}) {
+      for (bool nhwc : {false, true}) RegisterBatchNorm(Op::kBackward, shape, nhwc, c);
+    }
+  }
   // The plot's sweep: training, NHWC, 64 channels of 56x56, 1 thread.
   for (const Case& c :
        Placements(s.isas, {1}, "batchnorm_training Nx64x56x56 NHWC, 1 thread")) {
@@ -129,7 +145,7 @@ void RegisterBatchNormCases(const Selection& s) {
   }
   if (!s.full) return;
   RegisterChannelSteps(s.isas.front(), 4096);
-  for (Op op : {Op::kTraining, Op::kInference, Op::kMoments}) {
+  for (Op op : {Op::kTraining, Op::kInference, Op::kMoments, Op::kBackward}) {
     for (const Case& c : Placements(s.isas, s.threads)) {
       for (const Shape& shape : kShapes) {
         for (bool nhwc : {false, true}) RegisterBatchNorm(op, shape, nhwc, c);

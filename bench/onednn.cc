@@ -192,38 +192,84 @@ std::string OneDnnLayerNormBackward(size_t rows, size_t cols, int threads,
                      static_cast<double>(n), job, pd.impl_info_str(), threads, offset, 3);
 }
 
+// The memory of an n x c x h x w BatchNorm: the tensors (NCHW or NHWC) and the
+// per-channel vectors.
+struct BatchNormMemory {
+  dnnl::memory::desc data, param;
+  std::string shape;
+  BatchNormMemory(size_t n, size_t c, size_t h, size_t w, bool nhwc) {
+    using dnnl::memory;
+    const memory::dims dims = {static_cast<memory::dim>(n), static_cast<memory::dim>(c),
+                               static_cast<memory::dim>(h), static_cast<memory::dim>(w)};
+    data = memory::desc(dims, memory::data_type::f32,
+                        nhwc ? memory::format_tag::nhwc : memory::format_tag::nchw);
+    param = memory::desc({static_cast<memory::dim>(c)}, memory::data_type::f32,
+                         memory::format_tag::a);
+    shape = std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(h) + "x" +
+            std::to_string(w) + (nhwc ? " NHWC" : " NCHW");
+  }
+  // With scale and shift; inference with the given (global) statistics. Training is
+  // our training forward's counterpart, and the hint of the backward.
+  static dnnl::normalization_flags Flags(bool training) {
+    const auto flags =
+        dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
+    return training ? flags : flags | dnnl::normalization_flags::use_global_stats;
+  }
+  dnnl::batch_normalization_forward::primitive_desc Forward(bool training) const {
+    return dnnl::batch_normalization_forward::primitive_desc(
+        dnnl::batch_normalization_forward::desc(
+            training ? dnnl::prop_kind::forward_training
+                     : dnnl::prop_kind::forward_inference,
+            data, 1e-5f, Flags(training)),
+        Engine());
+  }
+};
+
 std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
                             bool training, int threads, size_t offset) {
-  using dnnl::memory;
   const ThreadsDuringCreation creation(threads);
   const size_t elements = n * c * h * w;
-  const memory::dims dims = {static_cast<memory::dim>(n), static_cast<memory::dim>(c),
-                             static_cast<memory::dim>(h), static_cast<memory::dim>(w)};
-  const memory::desc data(dims, memory::data_type::f32,
-                          nhwc ? memory::format_tag::nhwc : memory::format_tag::nchw);
-  const memory::desc param({static_cast<memory::dim>(c)}, memory::data_type::f32,
-                           memory::format_tag::a);
-  auto flags = dnnl::normalization_flags::use_scale | dnnl::normalization_flags::use_shift;
-  if (!training) flags = flags | dnnl::normalization_flags::use_global_stats;
-  const dnnl::batch_normalization_forward::desc desc(
-      training ? dnnl::prop_kind::forward_training : dnnl::prop_kind::forward_inference,
-      data, 1e-5f, flags);
-  const dnnl::batch_normalization_forward::primitive_desc pd(desc, Engine());
+  const BatchNormMemory m(n, c, h, w, nhwc);
+  const dnnl::batch_normalization_forward::primitive_desc pd = m.Forward(training);
   auto job = std::make_shared<Job>();
   job->primitive = std::make_unique<dnnl::batch_normalization_forward>(pd);
   float* var = Tensor(9, c, offset);
   for (size_t i = 0; i < c; ++i) var[i] = 1.0f;
-  job->args = {{DNNL_ARG_SRC, Wrap(data, Tensor(0, elements, offset))},
-               {DNNL_ARG_DST, Wrap(data, Tensor(3, elements, offset))},
-               {DNNL_ARG_MEAN, Wrap(param, Tensor(8, c, offset))},
-               {DNNL_ARG_VARIANCE, Wrap(param, var)},
-               {DNNL_ARG_SCALE, Wrap(param, Gamma(c, offset))},
-               {DNNL_ARG_SHIFT, Wrap(param, Beta(c, offset))}};
+  job->args = {{DNNL_ARG_SRC, Wrap(m.data, Tensor(0, elements, offset))},
+               {DNNL_ARG_DST, Wrap(m.data, Tensor(3, elements, offset))},
+               {DNNL_ARG_MEAN, Wrap(m.param, Tensor(8, c, offset))},
+               {DNNL_ARG_VARIANCE, Wrap(m.param, var)},
+               {DNNL_ARG_SCALE, Wrap(m.param, Gamma(c, offset))},
+               {DNNL_ARG_SHIFT, Wrap(m.param, Beta(c, offset))}};
   return RegisterJob(training ? "onednn_batchnorm_training" : "onednn_batchnorm_inference",
-                     std::to_string(n) + "x" + std::to_string(c) + "x" + std::to_string(h) +
-                         "x" + std::to_string(w) + (nhwc ? " NHWC" : " NCHW"),
-                     static_cast<double>(elements), job, pd.impl_info_str(), threads,
-                     offset);
+                     m.shape, static_cast<double>(elements), job, pd.impl_info_str(),
+                     threads, offset);
+}
+
+std::string OneDnnBatchNormBackward(size_t n, size_t c, size_t h, size_t w, bool nhwc,
+                                    int threads, size_t offset) {
+  const ThreadsDuringCreation creation(threads);
+  const size_t elements = n * c * h * w;
+  const BatchNormMemory m(n, c, h, w, nhwc);
+  const dnnl::batch_normalization_backward::primitive_desc pd(
+      dnnl::batch_normalization_backward::desc(dnnl::prop_kind::backward, m.data, m.data,
+                                               1e-5f, BatchNormMemory::Flags(true)),
+      Engine(), m.Forward(true));
+  auto job = std::make_shared<Job>();
+  job->primitive = std::make_unique<dnnl::batch_normalization_backward>(pd);
+  float* var = Tensor(9, c, offset);
+  for (size_t i = 0; i < c; ++i) var[i] = 1.0f;
+  job->args = {{DNNL_ARG_SRC, Wrap(m.data, Tensor(0, elements, offset))},
+               {DNNL_ARG_DIFF_DST, Wrap(m.data, Tensor(1, elements, offset))},
+               {DNNL_ARG_MEAN, Wrap(m.param, Tensor(8, c, offset))},
+               {DNNL_ARG_VARIANCE, Wrap(m.param, var)},
+               {DNNL_ARG_SCALE, Wrap(m.param, Gamma(c, offset))},
+               {DNNL_ARG_SHIFT, Wrap(m.param, Beta(c, offset))},  // unread, but required
+               {DNNL_ARG_DIFF_SRC, Wrap(m.data, Tensor(3, elements, offset))},
+               {DNNL_ARG_DIFF_SCALE, Wrap(m.param, Tensor(6, c, offset))},
+               {DNNL_ARG_DIFF_SHIFT, Wrap(m.param, Tensor(7, c, offset))}};
+  return RegisterJob("onednn_batchnorm_backward", m.shape, static_cast<double>(elements),
+                     job, pd.impl_info_str(), threads, offset, 3);
 }
 
 #else  // built without oneDNN
@@ -232,6 +278,9 @@ std::string CapOneDnn(const std::string&) { return ""; }
 std::string OneDnnLayerNorm(size_t, size_t, int, size_t) { return ""; }
 std::string OneDnnLayerNormBackward(size_t, size_t, int, size_t) { return ""; }
 std::string OneDnnBatchNorm(size_t, size_t, size_t, size_t, bool, bool, int, size_t) {
+  return "";
+}
+std::string OneDnnBatchNormBackward(size_t, size_t, size_t, size_t, bool, int, size_t) {
   return "";
 }
 

@@ -95,6 +95,8 @@ std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads, size_t offset
 std::string OneDnnLayerNormBackward(size_t rows, size_t cols, int threads, size_t offset);
 std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
                             bool training, int threads, size_t offset);
+std::string OneDnnBatchNormBackward(size_t n, size_t c, size_t h, size_t w, bool nhwc,
+                                    int threads, size_t offset);
 
 // oneDNN's ISA for cases of our `isa`: AVX3: avx512_core, AVX2: avx2, the others:
 // sse41, the lowest oneDNN has.
