@@ -30,15 +30,17 @@ for i, isas in enumerate(processes):
 TENSORS = {"layernorm": 2, "rmsnorm": 2, "add_layernorm": 4, "add_rmsnorm": 4,
            "layernorm_backward": 3, "rmsnorm_backward": 3, "add_layernorm_backward": 4,
            "add_rmsnorm_backward": 4,
-           "batchnorm_training": 2, "batchnorm_inference": 2, "batchnorm_moments": 1}
+           "batchnorm_training": 2, "batchnorm_inference": 2, "batchnorm_moments": 1,
+           "batchnorm_backward": 3}
 WITH_ONEDNN = ("layernorm", "layernorm_backward", "batchnorm_training",
-               "batchnorm_inference")
+               "batchnorm_inference", "batchnorm_backward")
 SHAPES = "(1024x1024|8x512x7x7 NCHW|32x64x56x56 NHWC)"
 PLACES = "/offset:(0|16)/threads:1/"
 FILTER = "|".join([
     f"^[a-z_]+/[A-Z0-9_]+/{SHAPES}{PLACES}", f"^onednn_[a-z_]+/{SHAPES}{PLACES}",
-    # the copies of their bytes: x and y (and the residual and sum) of each shape
-    f"^copy_(memcpy|nt)/floats:(1048576|1572864|2097152|200704|100352|6422528|3211264)"
+    # the copies of their bytes: x and y (and the residual and sum, or dy) of each shape
+    f"^copy_(memcpy|nt)/floats:(1048576|1572864|2097152|200704|100352|6422528|3211264"
+    f"|9633792|301056)"
     f"{PLACES}"])
 
 
@@ -63,7 +65,8 @@ def check(data, isas, full):
     if with_onednn:  # fails if the cap was not applied: oneDNN runs at its best
         assert data["onednn_isa"] == cap(data["isas"][0]), (isas, data["onednn_isa"])
     cases = data["cases"]
-    bn = ["batchnorm_training", "batchnorm_inference"] + ["batchnorm_moments"] * full
+    bn = ["batchnorm_training", "batchnorm_inference", "batchnorm_backward"]
+    bn += ["batchnorm_moments"] * full
     want = [(k, "1024x1024") for k in ("layernorm", "layernorm_backward")]
     want += [(k, "32x64x56x56 NHWC") for k in bn]
     if full:
