@@ -23,7 +23,7 @@ struct BnGradCase {
   bool gamma = true, dgamma = true, dbeta = true;
   bool in_place = false;  // dx == dy
   size_t misalign = 0;
-  size_t shards = 0;      // 0: nk_batchnorm_backward_f32; else reduce + apply
+  size_t shards = 0;  // 0: nk_batchnorm_backward_f32; else reduce + apply
   float eps = 1e-5f;
   // Fills x and dy ([n][c][spatial] or [n][spatial][c]) after the default: N(0, 1)
   // shifted by the channel index, and N(0, 1).
@@ -79,7 +79,8 @@ inline BnGradRun RunBnGrad(const BnGradCase& k) {
   FillNormal(x, seed);
   FillNormal(dy, seed + 1);
   for (size_t ci = 0; ci < k.c; ++ci) {
-    for (size_t j = 0; j < k.count(); ++j) x[k.Index(ci, j)] += static_cast<float>(ci % 5);
+    for (size_t j = 0; j < k.count(); ++j)
+      x[k.Index(ci, j)] += static_cast<float>(ci % 5);
   }
   FillNormal(gamma, seed + 2, 1.0f, 0.5f);
   if (k.fill) k.fill(x, dy);
@@ -93,10 +94,9 @@ inline BnGradRun RunBnGrad(const BnGradCase& k) {
   float* out = k.in_place ? dy.data() : dx.data();
   const float* g = k.gamma ? gamma.data() : nullptr;
   if (k.shards == 0) {
-    r.status = nk_batchnorm_backward_f32(k.n, k.c, k.spatial, k.layout, x.data(),
-                                         dy.data(), mean.data(), rstd.data(), g, out,
-                                         k.dgamma ? dgamma.data() : nullptr,
-                                         k.dbeta ? dbeta.data() : nullptr);
+    r.status = nk_batchnorm_backward_f32(
+        k.n, k.c, k.spatial, k.layout, x.data(), dy.data(), mean.data(), rstd.data(), g,
+        out, k.dgamma ? dgamma.data() : nullptr, k.dbeta ? dbeta.data() : nullptr);
   } else {
     // Shard s holds images [n * s / shards, n * (s + 1) / shards): its own tensors.
     const size_t per_image = k.c * k.spatial;
@@ -107,10 +107,9 @@ inline BnGradRun RunBnGrad(const BnGradCase& k) {
       Buffer part_dy(k.c, a), part_dyxh(k.c, a);
       std::copy(x.data() + n0 * per_image, x.data() + n1 * per_image, sx.data());
       std::copy(dy.data() + n0 * per_image, dy.data() + n1 * per_image, sdy.data());
-      r.status = nk_batchnorm_backward_reduce_f32(n1 - n0, k.c, k.spatial, k.layout,
-                                                  sx.data(), sdy.data(), mean.data(),
-                                                  rstd.data(), part_dy.data(),
-                                                  part_dyxh.data());
+      r.status = nk_batchnorm_backward_reduce_f32(
+          n1 - n0, k.c, k.spatial, k.layout, sx.data(), sdy.data(), mean.data(),
+          rstd.data(), part_dy.data(), part_dyxh.data());
       for (size_t ci = 0; ci < k.c; ++ci) {  // the allreduce, in double
         sum_dy[ci] += part_dy[ci];
         sum_dy_xhat[ci] += part_dyxh[ci];
@@ -152,9 +151,8 @@ inline int CheckBnGrad(const BnGradCase& k, const BnGradRun& r) {
       dys[j] = r.dy[k.Index(ci, j)];
       gs[j] = k.gamma ? r.gamma[ci] : 1.0f;
     }
-    const RowGradRef ref =
-        ReferenceRowGrad(true, m, xs.data(), dys.data(), nullptr, r.mean[ci], r.rstd[ci],
-                         gs.data());
+    const RowGradRef ref = ReferenceRowGrad(true, m, xs.data(), dys.data(), nullptr,
+                                            r.mean[ci], r.rstd[ci], gs.data());
     long double dgamma = 0, dbeta = 0, abs_dg = 0, abs_db = 0;
     for (size_t j = 0; j < m; ++j) {
       dgamma += ref.dgamma_term[j];

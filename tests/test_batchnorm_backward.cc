@@ -119,7 +119,8 @@ TEST_P(BatchNormBackwardTest, NonFiniteValuesStayInTheirChannel) {
         k.fill = [&](Buffer& x, Buffer& dy) { (in_dy ? dy : x)[k.Index(4, 77)] = v; };
         const BnGradRun r = CheckBnGradCase(k);
         size_t finite = 0;  // no finite dx in channel 4; the others checked above
-        for (size_t j = 0; j < k.count(); ++j) finite += std::isfinite(r.dx[k.Index(4, j)]);
+        for (size_t j = 0; j < k.count(); ++j)
+          finite += std::isfinite(r.dx[k.Index(4, j)]);
         EXPECT_EQ(finite, 0u) << k.Describe() << " value " << v << " in_dy " << in_dy;
       }
     }
@@ -231,8 +232,9 @@ TEST_P(BatchNormBackwardTest, BitwiseEqualAcrossThreadCounts) {
 }
 
 // The training forward of one channel in long double: y = x_hat * gamma + beta.
-std::vector<long double> ChannelForward(const std::vector<long double>& x, long double gamma,
-                                        long double beta, long double eps) {
+std::vector<long double> ChannelForward(const std::vector<long double>& x,
+                                        long double gamma, long double beta,
+                                        long double eps) {
   long double mean = 0, var = 0;
   for (long double v : x) mean += v;
   mean /= x.size();
@@ -282,7 +284,8 @@ TEST_P(BatchNormBackwardTest, FiniteDifferencesOfTheForward) {
           std::vector<long double> xp = x, xm = x;
           xp[j] += h;
           xm[j] -= h;
-          const long double fd = (loss(xp, gamma, beta) - loss(xm, gamma, beta)) / (2 * h);
+          const long double fd =
+              (loss(xp, gamma, beta) - loss(xm, gamma, beta)) / (2 * h);
           EXPECT_LE(std::fabs(r.dx[k.Index(ci, j)] - fd), 2 * ref.dx_bound[j])
               << "dx channel " << ci << " element " << j;
         }

@@ -33,7 +33,8 @@ nk_status OutOfMemory(const BatchNormGradJob& job) {
 // The channel's map from its sums over every shard (sum_dy_xhat: of dy * x_hat), in
 // double: k_dy = gamma * rstd, k_c = -k_dy * sum_dy / m, k_x = k_dy * rstd *
 // sum_dy_xhat / m.
-SpanGrad GradMap(const BatchNormGradJob& job, size_t ci, float sum_dy, float sum_dy_xhat) {
+SpanGrad GradMap(const BatchNormGradJob& job, size_t ci, float sum_dy,
+                 float sum_dy_xhat) {
   const double r = job.rstd[ci];
   const double k_dy = (job.gamma != nullptr ? job.gamma[ci] : 1.0) * r;
   const double m = job.total_count;
@@ -93,7 +94,8 @@ class GradPlanes {
     Piece(piece, &first, &planes, &offset, &len);
     for (size_t p = first; p < first + planes; ++p) {
       const size_t at = (p * job_.c + ci) * job_.spatial + offset;
-      ctx_.k.span_grad_apply(job_.x + at, job_.dy + at, len, g, ctx_.stream, job_.dx + at);
+      ctx_.k.span_grad_apply(job_.x + at, job_.dy + at, len, g, ctx_.stream,
+                             job_.dx + at);
     }
   }
 
@@ -107,8 +109,8 @@ class GradPlanes {
       const size_t plane = s / chunks, offset = s % chunks * kChunk;
       const size_t at = plane * job_.spatial + offset;
       ctx_.k.span_grad_apply(job_.x + at, job_.dy + at,
-                             std::min(kChunk, job_.spatial - offset), maps[plane % job_.c],
-                             ctx_.stream, job_.dx + at);
+                             std::min(kChunk, job_.spatial - offset),
+                             maps[plane % job_.c], ctx_.stream, job_.dx + at);
     }
     if (ctx_.stream) hwy::FlushStream();
   }
@@ -275,9 +277,9 @@ class GradColumns {
   Workspace<float, struct ColumnGradSumsTag> sums_ws_;
   Workspace<float, struct ColumnGradScratchTag> scratch_ws_;
   Workspace<float, struct ColumnGradMapsTag> maps_ws_;
-  float* sums_ = nullptr;     // per chunk: sum_dy[c], then sum_dy_xc[c]
+  float* sums_ = nullptr;  // per chunk: sum_dy[c], then sum_dy_xc[c]
   float* scratch_ = nullptr;
-  float* maps_ = nullptr;     // mean, k_dy, k_c, k_x: c each
+  float* maps_ = nullptr;  // mean, k_dy, k_c, k_x: c each
 };
 
 // One NHWC call in one region: the sums (`measure`), after a barrier their merge and

@@ -528,46 +528,55 @@ HWY_INLINE void ColumnMapRows(const float* x, size_t rows, size_t c,
   }
 }
 
-// ColumnMapRows from y's first cache line boundary on, where rows of c channels (c a
-// multiple of a line) are streamed to a y off that boundary (malloc's and NumPy's 16
-// bytes), which would take regular stores (NHWC 256x256x14x14, 1 thread, y at +16 B:
-// inference 3.5 ms, training 5.9 ms, against 2.0 and 4.0 ms aligned). From that
-// boundary on, the elements are rows of c that start at channel `head`, mapped with
-// the parameters rotated by `head`; the first `head` and last c - head elements take
-// the unaligned path. The same operations per element, so the same bits.
-HWY_INLINE void ColumnApplyRows(const float* x, size_t rows, size_t c,
-                                const ColumnAffine& a, bool stream, float* y) {
+// Rows of c channels (c a multiple of a line) streamed to a y off a cache line
+// boundary (malloc's and NumPy's 16 bytes) would take regular stores (NHWC
+// 256x256x14x14, 1 thread, y at +16 B: inference 3.5 ms, training 5.9 ms, against 2.0
+// and 4.0 ms aligned). So from y's first line boundary on, the elements are mapped as
+// rows of c that start at channel `head`, with the per-column arrays rotated by
+// `head`; the first `head` and last c - head elements take regular stores. The same
+// operations per element, so the same bits. map(at, rows, width, arrays, stream) maps
+// the elements from `at` on as `rows` rows of `width` columns by arrays[p][column]
+// (nullptr arrays stay nullptr).
+template <size_t kArrays, class MapRows>
+HWY_INLINE void MapRowsFromLine(const float* const (&arrays)[kArrays], size_t rows,
+                                size_t c, bool stream, const float* y,
+                                const MapRows& map) {
   const bool peel = stream && rows >= 2 && c % kLineFloats == 0;
   const size_t head = peel ? HeadToLine(y) : 0;
-  if (head == 0) return ColumnMapRows(x, rows, c, a, stream, y);
-  thread_local std::vector<float> buffer;  // the rotated parameters, from a line on
+  if (head == 0) return map(size_t{0}, rows, c, arrays, stream);
+  thread_local std::vector<float> buffer;  // the rotated arrays, from a line on
   try {
-    if (buffer.size() < 5 * c + kLineFloats) buffer.resize(5 * c + kLineFloats);
+    const size_t floats = kArrays * c + kLineFloats;
+    if (buffer.size() < floats) buffer.resize(floats);
   } catch (const std::bad_alloc&) {
-    return ColumnMapRows(x, rows, c, a, stream, y);  // only slower
+    return map(size_t{0}, rows, c, arrays, stream);  // only slower
   }
   float* rotated = buffer.data() + HeadToLine(buffer.data());
-  const float* in[5] = {a.scale, a.shift, a.rstd, a.mul, a.add};
-  const float* from_head[5];
-  const float* turned[5];
-  for (size_t p = 0; p < 5; ++p) {
-    from_head[p] = in[p] == nullptr ? nullptr : in[p] + head;
-    turned[p] = nullptr;
-    if (in[p] == nullptr) continue;
+  const float* from_head[kArrays];
+  const float* turned[kArrays];
+  for (size_t p = 0; p < kArrays; ++p) {
+    from_head[p] = turned[p] = nullptr;
+    if (arrays[p] == nullptr) continue;
     float* out = rotated + p * c;
-    std::copy(in[p] + head, in[p] + c, out);
-    std::copy(in[p], in[p] + head, out + c - head);
+    std::copy(arrays[p] + head, arrays[p] + c, out);
+    std::copy(arrays[p], arrays[p] + head, out + c - head);
+    from_head[p] = arrays[p] + head;
     turned[p] = out;
   }
-  const size_t last = head + (rows - 1) * c;  // the last row's channel `head`
-  ColumnMapRows(x, 1, head, a, false, y);
-  ColumnMapRows(x + head, rows - 1, c,
-                ColumnAffine{turned[0], turned[1], turned[2], turned[3], turned[4]}, true,
-                y + head);
-  ColumnMapRows(x + last, 1, c - head,
-                ColumnAffine{from_head[0], from_head[1], from_head[2], from_head[3],
-                             from_head[4]},
-                false, y + last);
+  map(size_t{0}, size_t{1}, head, arrays, false);
+  map(head, rows - 1, c, turned, true);
+  map(head + (rows - 1) * c, size_t{1}, c - head, from_head, false);  // the last row's
+}
+
+HWY_INLINE void ColumnApplyRows(const float* x, size_t rows, size_t c,
+                                const ColumnAffine& a, bool stream, float* y) {
+  const float* arrays[5] = {a.scale, a.shift, a.rstd, a.mul, a.add};
+  const auto map = [&](size_t at, size_t n, size_t width, const float* const (&p)[5],
+                       bool streamed) {
+    ColumnMapRows(x + at, n, width, ColumnAffine{p[0], p[1], p[2], p[3], p[4]}, streamed,
+                  y + at);
+  };
+  MapRowsFromLine(arrays, rows, c, stream, y, map);
 }
 
 void ColumnApply(const float* x, size_t rows, size_t c, const ColumnAffine& a,

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
-// channelnorm_backward-inl.h: BatchNorm's backward per target. A channel's two sums,
-// of dy and of dy * (x - mean), as pairwise trees of per-lane block sums (the bound
-// of design.md), then its dx by one map per channel:
+// channelnorm_backward-inl.h: BatchNorm's backward per target. A channel's two
+// sums, of dy and of dy * (x - mean), as pairwise trees of per-lane block sums
+// (the bound of design.md), then its dx by one map per channel:
 //   dx = gamma * rstd * (dy - mean(dy) - x_hat * mean(dy * x_hat))
 //      = dy * k_dy + k_c - (x - mean) * k_x                          (SpanGrad)
-// NCHW reads a channel as runs of contiguous planes; NHWC puts channels in lanes, as
-// the forward's columns (channelnorm-inl.h), narrow rows widened to whole vectors.
+// NCHW reads a channel as runs of contiguous planes; NHWC puts channels in
+// lanes, as the forward's columns (channelnorm-inl.h), narrow rows widened to
+// whole vectors.
 #if defined(NK_KERNELS_CHANNELNORM_BACKWARD_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef NK_KERNELS_CHANNELNORM_BACKWARD_INL_H_
 #undef NK_KERNELS_CHANNELNORM_BACKWARD_INL_H_
@@ -27,7 +28,8 @@ namespace nk {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// ---------------------------------------------------------------- planes (NCHW)
+// ---------------------------------------------------------------- planes
+// (NCHW)
 
 GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t stride,
                         size_t len, float mean, bool from_memory) {
@@ -37,8 +39,8 @@ GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t s
   const size_t N = hn::Lanes(d);
   const size_t block = kBlockVectors * N;
   const V vmean = hn::Set(d, mean);
-  // The lines of elements [i, i + n) of plane p, kReadAheadBytes further on in the
-  // planes' sequence: the next plane's first lines near the end of one.
+  // The lines of elements [i, i + n) of plane p, kReadAheadBytes further on in
+  // the planes' sequence: the next plane's first lines near the end of one.
   const auto ask_ahead = [&](size_t p, size_t i, size_t n) {
     const size_t ahead = kReadAheadBytes / sizeof(float);
     for (size_t k = i; k < i + n; k += kLineFloats) {
@@ -62,7 +64,8 @@ GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t s
       for (size_t k = 0; k < kBlockVectors; ++k) {
         const V g = hn::LoadU(d, dp + i + k * N);
         sa[k & 1] = hn::Add(sa[k & 1], g);
-        sb[k & 1] = hn::MulAdd(g, hn::Sub(hn::LoadU(d, xp + i + k * N), vmean), sb[k & 1]);
+        sb[k & 1] =
+            hn::MulAdd(g, hn::Sub(hn::LoadU(d, xp + i + k * N), vmean), sb[k & 1]);
       }
       tree.Add(d, hn::Add(sa[0], sa[1]), hn::Add(sb[0], sb[1]));
     }
@@ -94,11 +97,13 @@ GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t s
 void SpanGradApply(const float* x, const float* dy, size_t n, const SpanGrad& g,
                    bool stream, float* dx) {
   const auto value = [&](auto d, size_t i) HWY_ATTR {
-    const auto t = hn::MulAdd(hn::LoadU(d, dy + i), hn::Set(d, g.k_dy), hn::Set(d, g.k_c));
+    const auto t =
+        hn::MulAdd(hn::LoadU(d, dy + i), hn::Set(d, g.k_dy), hn::Set(d, g.k_c));
     return hn::NegMulAdd(hn::Sub(hn::LoadU(d, x + i), hn::Set(d, g.mean)),
                          hn::Set(d, g.k_x), t);
   };
-  const auto store = [&](auto d, size_t i) HWY_ATTR { hn::StoreU(value(d, i), d, dx + i); };
+  const auto store = [&](auto d, size_t i)
+                         HWY_ATTR { hn::StoreU(value(d, i), d, dx + i); };
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   size_t i = 0;
@@ -117,10 +122,11 @@ void SpanGradApply(const float* x, const float* dy, size_t n, const SpanGrad& g,
   ForEachVector(d, i, n, store);
 }
 
-// ---------------------------------------------------------------- columns (NHWC)
+// ---------------------------------------------------------------- columns
+// (NHWC)
 
-// Per-column sums of [rows][c] by blocks of kBlockVectors rows (two chains per lane)
-// in a pairwise tree per column; scratch holds the tree's levels.
+// Per-column sums of [rows][c] by blocks of kBlockVectors rows (two chains per
+// lane) in a pairwise tree per column; scratch holds the tree's levels.
 void ColumnGradSumsTree(const float* x, const float* dy, size_t rows, size_t c,
                         const float* mean, bool from_memory, float* scratch,
                         float* sum_dy, float* sum_dy_xc) {
@@ -129,9 +135,10 @@ void ColumnGradSumsTree(const float* x, const float* dy, size_t rows, size_t c,
   float* level_a = scratch;
   float* level_b = scratch + levels * c;
   const size_t blocks = rows / K;
-  // k rows of the columns at j, from row r0 on, summed into a and b (two chains).
-  const auto rows_sums = [&](auto d, size_t r0, size_t k, size_t j, auto& a, auto& b)
-                             HWY_ATTR {
+  // k rows of the columns at j, from row r0 on, summed into a and b (two
+  // chains).
+  const auto rows_sums = [&](auto d, size_t r0, size_t k, size_t j, auto& a,
+                             auto& b) HWY_ATTR {
     using VV = hn::Vec<decltype(d)>;
     const VV m = hn::LoadU(d, mean + j);
     VV sa[2] = {hn::Zero(d), hn::Zero(d)}, sb[2] = {hn::Zero(d), hn::Zero(d)};
@@ -178,9 +185,9 @@ void ColumnGradSums(const float* x, const float* dy, size_t rows, size_t c,
     ColumnGradSumsTree(x, dy, rows, c, mean, from_memory, scratch, sum_dy, sum_dy_xc);
     return;
   }
-  // Narrow rows: sums of rows / k wide rows of k * c columns (the means repeated),
-  // folded in halves (column j and j + width / 2 are the same channel), then the
-  // rows % k left over.
+  // Narrow rows: sums of rows / k wide rows of k * c columns (the means
+  // repeated), folded in halves (column j and j + width / 2 are the same
+  // channel), then the rows % k left over.
   const size_t width = k * c;
   const size_t wide_rows = rows / k;
   HWY_ALIGN float wide_mean[kMaxColumnPeriod];
@@ -244,11 +251,25 @@ void GradColumnRows(const float* x, const float* dy, size_t rows, size_t c,
   }
 }
 
+// GradColumnRows streamed from dx's first line boundary on (MapRowsFromLine).
+HWY_INLINE void GradColumnRowsFromLine(const float* x, const float* dy, size_t rows,
+                                       size_t c, const ColumnGrad& g, bool stream,
+                                       float* dx) {
+  const float* arrays[4] = {g.mean, g.k_dy, g.k_c, g.k_x};
+  MapRowsFromLine(
+      arrays, rows, c, stream, dx,
+      [&](size_t at, size_t n, size_t width, const float* const(&p)[4], bool streamed) {
+        GradColumnRows(x + at, dy + at, n, width, ColumnGrad{p[0], p[1], p[2], p[3]},
+                       streamed, dx + at);
+      });
+}
+
 void ColumnGradApply(const float* x, const float* dy, size_t rows, size_t c,
                      const ColumnGrad& g, bool stream, float* dx) {
   const size_t k = ColumnPeriodRows(c);
-  if (k == 1 || rows < k) return GradColumnRows(x, dy, rows, c, g, stream, dx);
-  // Narrow rows: the maps repeated k times, so k rows are one row of whole vectors.
+  if (k == 1 || rows < k) return GradColumnRowsFromLine(x, dy, rows, c, g, stream, dx);
+  // Narrow rows: the maps repeated k times, so k rows are one row of whole
+  // vectors.
   const size_t width = k * c;
   HWY_ALIGN float wide[4][kMaxColumnPeriod];
   const float* in[4] = {g.mean, g.k_dy, g.k_c, g.k_x};
@@ -256,10 +277,11 @@ void ColumnGradApply(const float* x, const float* dy, size_t rows, size_t c,
     for (size_t j = 0; j < width; ++j) wide[p][j] = in[p][j % c];
   }
   const size_t wide_rows = rows / k;
-  GradColumnRows(x, dy, wide_rows, width, ColumnGrad{wide[0], wide[1], wide[2], wide[3]},
-                 stream, dx);
+  GradColumnRowsFromLine(x, dy, wide_rows, width,
+                         ColumnGrad{wide[0], wide[1], wide[2], wide[3]}, stream, dx);
   const size_t done = wide_rows * width;
-  GradColumnRows(x + done, dy + done, rows - wide_rows * k, c, g, stream, dx + done);
+  GradColumnRowsFromLine(x + done, dy + done, rows - wide_rows * k, c, g, stream,
+                         dx + done);
 }
 
 }  // namespace HWY_NAMESPACE
