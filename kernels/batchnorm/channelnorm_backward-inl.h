@@ -42,13 +42,13 @@ GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t s
   // The lines of elements [i, i + n) of plane p, kReadAheadBytes further on in
   // the planes' sequence: the next plane's first lines near the end of one.
   const auto ask_ahead = [&](size_t p, size_t i, size_t n) {
-    const size_t ahead = kReadAheadBytes / sizeof(float);
-    for (size_t k = i; k < i + n; k += kLineFloats) {
-      const size_t at = p * len + k + ahead;
-      const size_t q = at / len;
-      if (q >= planes) return;
-      hwy::Prefetch(x + q * stride + (at - q * len));
-      hwy::Prefetch(dy + q * stride + (at - q * len));
+    size_t at = p * len + i + kReadAheadBytes / sizeof(float);
+    size_t q = at / len;  // plane q, element `at` of it
+    at -= q * len;
+    for (size_t k = 0; k < n && q < planes; k += kLineFloats) {
+      hwy::Prefetch(x + q * stride + at);
+      hwy::Prefetch(dy + q * stride + at);
+      for (at += kLineFloats; at >= len; at -= len) ++q;
     }
   };
   PairSumTree<decltype(d)> tree;
