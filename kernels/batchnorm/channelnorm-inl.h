@@ -68,22 +68,17 @@ float ChannelSpanMaxAbs(const float* x, size_t n) {
   return SpanMaxAbs(hn::ScalableTag<float>(), F32Source{x}, 0, n);
 }
 
-template <bool kCenter, bool kScaled>
-HWY_INLINE void AffineSpan(const float* x, size_t n, const SpanAffine& a, bool stream,
-                           float* y) {
-  const auto value = [&](auto d, size_t i) HWY_ATTR {
-    auto v = hn::LoadU(d, x + i);
-    if (kScaled) v = hn::Mul(v, hn::Set(d, a.scale));
-    if (kCenter) v = hn::Sub(v, hn::Set(d, a.shift));
-    if (kScaled) v = hn::Mul(v, hn::Set(d, a.rstd));
-    return hn::MulAdd(v, hn::Set(d, a.mul), hn::Set(d, a.add));
-  };
+// y[i] = value(d, i) over [0, n), four vectors a step. With `stream`, the whole lines
+// from y's first line boundary on take non-temporal stores (sources-inl.h), the rest
+// regular ones. y may be an input of value: each vector is read before it is written.
+template <class Value>
+HWY_INLINE void StoreSpan(size_t n, bool stream, float* y, const Value& value) {
   const auto store = [&](auto d, size_t i) HWY_ATTR { hn::StoreU(value(d, i), d, y + i); };
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   size_t i = 0;
   if (stream && reinterpret_cast<uintptr_t>(y) % sizeof(float) == 0) {
-    const hn::CappedTag<float, 1> d1;  // whole lines streamed (sources-inl.h)
+    const hn::CappedTag<float, 1> d1;
     for (const size_t head = HWY_MIN(HeadToLine(y), n); i < head; ++i) store(d1, i);
     const size_t lines_end = i + (n - i) / kLineFloats * kLineFloats;
     for (; i + N <= lines_end; i += N) hn::Stream(value(d, i), d, y + i);
@@ -95,6 +90,18 @@ HWY_INLINE void AffineSpan(const float* x, size_t n, const SpanAffine& a, bool s
     store(d, i + 3 * N);
   }
   ForEachVector(d, i, n, store);
+}
+
+template <bool kCenter, bool kScaled>
+HWY_INLINE void AffineSpan(const float* x, size_t n, const SpanAffine& a, bool stream,
+                           float* y) {
+  StoreSpan(n, stream, y, [&](auto d, size_t i) HWY_ATTR {
+    auto v = hn::LoadU(d, x + i);
+    if (kScaled) v = hn::Mul(v, hn::Set(d, a.scale));
+    if (kCenter) v = hn::Sub(v, hn::Set(d, a.shift));
+    if (kScaled) v = hn::Mul(v, hn::Set(d, a.rstd));
+    return hn::MulAdd(v, hn::Set(d, a.mul), hn::Set(d, a.add));
+  });
 }
 
 // y may be x: each element is read before it is written.

@@ -96,30 +96,12 @@ GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t s
 // dx may be dy: each element is read before it is written.
 void SpanGradApply(const float* x, const float* dy, size_t n, const SpanGrad& g,
                    bool stream, float* dx) {
-  const auto value = [&](auto d, size_t i) HWY_ATTR {
+  StoreSpan(n, stream, dx, [&](auto d, size_t i) HWY_ATTR {
     const auto t =
         hn::MulAdd(hn::LoadU(d, dy + i), hn::Set(d, g.k_dy), hn::Set(d, g.k_c));
     return hn::NegMulAdd(hn::Sub(hn::LoadU(d, x + i), hn::Set(d, g.mean)),
                          hn::Set(d, g.k_x), t);
-  };
-  const auto store = [&](auto d, size_t i)
-                         HWY_ATTR { hn::StoreU(value(d, i), d, dx + i); };
-  const hn::ScalableTag<float> d;
-  const size_t N = hn::Lanes(d);
-  size_t i = 0;
-  if (stream && reinterpret_cast<uintptr_t>(dx) % sizeof(float) == 0) {
-    const hn::CappedTag<float, 1> d1;  // whole lines streamed (sources-inl.h)
-    for (const size_t head = HWY_MIN(HeadToLine(dx), n); i < head; ++i) store(d1, i);
-    const size_t lines_end = i + (n - i) / kLineFloats * kLineFloats;
-    for (; i + N <= lines_end; i += N) hn::Stream(value(d, i), d, dx + i);
-  }
-  for (; i + 4 * N <= n; i += 4 * N) {
-    store(d, i);
-    store(d, i + N);
-    store(d, i + 2 * N);
-    store(d, i + 3 * N);
-  }
-  ForEachVector(d, i, n, store);
+  });
 }
 
 // ---------------------------------------------------------------- columns
