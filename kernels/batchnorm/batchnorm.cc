@@ -247,18 +247,16 @@ class Columns {
         job_(job),
         threads_(threads),
         stream_(stream),
-        rows_(job.n * job.spatial),
-        chunk_rows_(ColumnChunkRows(job.c)),
-        chunks_((rows_ + chunk_rows_ - 1) / chunk_rows_),
-        scratch_floats_(ColumnScratchFloats(chunk_rows_, job.c)) {}
+        rows_(job.n * job.spatial, job.c),
+        scratch_floats_(ColumnScratchFloats(rows_.chunk_rows(), job.c)) {}
 
   // The buffers of the statistics (`measure`) and of the affine map (`apply`), taken
   // before anything is written; false when out of memory.
   bool Reserve(bool measure, bool apply) {
     const size_t c = job_.c;
     if (measure) {
-      mean_ = mean_ws_.Get(chunks_ * c);
-      m2_ = m2_ws_.Get(chunks_ * c);
+      mean_ = mean_ws_.Get(rows_.chunks() * c);
+      m2_ = m2_ws_.Get(rows_.chunks() * c);
       scratch_ = scratch_ws_.Get(static_cast<size_t>(threads_) * scratch_floats_);
       if (mean_ == nullptr || m2_ == nullptr || scratch_ == nullptr) return false;
     }
@@ -273,10 +271,10 @@ class Columns {
   void Measure(size_t t, size_t parts) {
     const size_t c = job_.c;
     float* own = scratch_ + t * scratch_floats_;
-    const size_t end = PartBegin(chunks_, t + 1, parts);
-    for (size_t ch = PartBegin(chunks_, t, parts); ch < end; ++ch) {
-      k_.column_moments(job_.x + ch * chunk_rows_ * c, RowsIn(ch, ch + 1), c, stream_,
-                        own, mean_ + ch * c, m2_ + ch * c);
+    const size_t end = PartBegin(rows_.chunks(), t + 1, parts);
+    for (size_t ch = PartBegin(rows_.chunks(), t, parts); ch < end; ++ch) {
+      k_.column_moments(job_.x + ch * rows_.chunk_rows() * c, rows_.RowsIn(ch, ch + 1), c,
+                        stream_, own, mean_ + ch * c, m2_ + ch * c);
     }
   }
 
@@ -286,27 +284,24 @@ class Columns {
   void Merge(size_t c0, size_t c1) {
     const size_t c = job_.c;
     if (c1 <= c0) return;
-    for (size_t w = 1; w < chunks_; w *= 2) {
-      for (size_t a = 0; a + w < chunks_; a += 2 * w) {
-        const double na = static_cast<double>(RowsIn(a, a + w));
-        const double nb =
-            static_cast<double>(RowsIn(a + w, std::min(chunks_, a + 2 * w)));
-        const double n = na + nb;
-        k_.merge_columns(c1 - c0, static_cast<float>(nb / n),
-                         static_cast<float>(na * nb / n), mean_ + a * c + c0,
-                         m2_ + a * c + c0, mean_ + (a + w) * c + c0,
-                         m2_ + (a + w) * c + c0);
-      }
-    }
+    rows_.MergePairwise([&](size_t a, size_t b, size_t rows_a, size_t rows_b) {
+      const double na = static_cast<double>(rows_a), nb = static_cast<double>(rows_b);
+      const double n = na + nb;
+      k_.merge_columns(c1 - c0, static_cast<float>(nb / n),
+                       static_cast<float>(na * nb / n), mean_ + a * c + c0,
+                       m2_ + a * c + c0, mean_ + b * c + c0, m2_ + b * c + c0);
+    });
   }
 
   // Once merged: channel ci's statistics.
   SetStats Stats(size_t ci) const {
     const size_t c = job_.c;
-    const Moments first = {static_cast<double>(rows_), mean_[ci], m2_[ci]};
+    const Moments first = {static_cast<double>(rows_.rows()), mean_[ci], m2_[ci]};
     return SetStatistics(
-        first, job_.eps, [&] { return k_.strided_max_abs(job_.x + ci, c, rows_); },
-        [&](float scale) { return k_.strided_moments(job_.x + ci, c, rows_, scale); });
+        first, job_.eps, [&] { return k_.strided_max_abs(job_.x + ci, c, rows_.rows()); },
+        [&](float scale) {
+          return k_.strided_moments(job_.x + ci, c, rows_.rows(), scale);
+        });
   }
 
   // Channel ci's affine map, for Apply.
@@ -320,19 +315,14 @@ class Columns {
     if (a.scale != 1.0f) scaled_.store(true, std::memory_order_relaxed);
   }
 
-  // Once every channel's map is set: part t of the rows mapped, in equal parts of
-  // blocks of 16 rows (a narrow row's period, see ColumnPeriodRows). The map is per
-  // element, so any partition gives the same bits. (Parts of whole statistics chunks
-  // split 8x512x7x7's 392 rows 256 / 136.)
+  // Once every channel's map is set: part t of the rows mapped (ColumnRows::Part).
   void Apply(size_t t, size_t parts, bool center) const {
     const size_t c = job_.c;
     const bool scaled = scaled_.load(std::memory_order_relaxed);
     const ColumnAffine columns = {scaled ? params_ : nullptr, center ? params_ + c : nullptr,
                                   params_ + 2 * c, params_ + 3 * c, params_ + 4 * c};
-    constexpr size_t kRowBlock = 16;
-    const size_t blocks = (rows_ + kRowBlock - 1) / kRowBlock;
-    const size_t r0 = std::min(rows_, PartBegin(blocks, t, parts) * kRowBlock);
-    const size_t r1 = std::min(rows_, PartBegin(blocks, t + 1, parts) * kRowBlock);
+    size_t r0, r1;
+    rows_.Part(t, parts, &r0, &r1);
     if (r1 > r0) {
       k_.column_apply(job_.x + r0 * c, r1 - r0, c, columns, stream_, job_.y + r0 * c);
     }
@@ -340,15 +330,12 @@ class Columns {
   }
 
  private:
-  size_t RowsIn(size_t first, size_t end) const {  // rows of chunks [first, end)
-    return std::min(rows_, end * chunk_rows_) - first * chunk_rows_;
-  }
-
   const ChannelNormKernels& k_;
   const BatchNormJob& job_;
   const int threads_;
   const bool stream_;
-  const size_t rows_, chunk_rows_, chunks_, scratch_floats_;
+  const ColumnRows rows_;
+  const size_t scratch_floats_;
   Workspace<float, struct ColumnMeanTag> mean_ws_;
   Workspace<float, struct ColumnM2Tag> m2_ws_;
   Workspace<float, struct ColumnScratchTag> scratch_ws_;

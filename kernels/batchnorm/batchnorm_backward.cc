@@ -193,17 +193,15 @@ class GradColumns {
   GradColumns(const Context& ctx, const BatchNormGradJob& job)
       : ctx_(ctx),
         job_(job),
-        rows_(job.n * job.spatial),
-        chunk_rows_(ColumnChunkRows(job.c)),
-        chunks_((rows_ + chunk_rows_ - 1) / chunk_rows_),
-        scratch_floats_(ColumnScratchFloats(chunk_rows_, job.c)) {}
+        rows_(job.n * job.spatial, job.c),
+        scratch_floats_(ColumnScratchFloats(rows_.chunk_rows(), job.c)) {}
 
   // The buffers of the sums (`measure`) and of the maps (`apply`), taken before
   // anything is written; false when out of memory.
   bool Reserve(bool measure, bool apply) {
     const size_t c = job_.c;
     if (measure) {
-      sums_ = sums_ws_.Get(2 * chunks_ * c);
+      sums_ = sums_ws_.Get(2 * rows_.chunks() * c);
       scratch_ = scratch_ws_.Get(static_cast<size_t>(ctx_.threads) * scratch_floats_);
       if (sums_ == nullptr || scratch_ == nullptr) return false;
     }
@@ -218,26 +216,23 @@ class GradColumns {
   void Measure(size_t t, size_t parts) {
     const size_t c = job_.c;
     float* own = scratch_ + t * scratch_floats_;
-    const size_t end = PartBegin(chunks_, t + 1, parts);
-    for (size_t ch = PartBegin(chunks_, t, parts); ch < end; ++ch) {
-      const size_t at = ch * chunk_rows_ * c;
-      const size_t rows = std::min(rows_, (ch + 1) * chunk_rows_) - ch * chunk_rows_;
-      ctx_.k.column_grad_sums(job_.x + at, job_.dy + at, rows, c, job_.mean,
-                              ctx_.from_memory, own, SumDy(ch), SumDyXc(ch));
+    const size_t end = PartBegin(rows_.chunks(), t + 1, parts);
+    for (size_t ch = PartBegin(rows_.chunks(), t, parts); ch < end; ++ch) {
+      const size_t at = ch * rows_.chunk_rows() * c;
+      ctx_.k.column_grad_sums(job_.x + at, job_.dy + at, rows_.RowsIn(ch, ch + 1), c,
+                              job_.mean, ctx_.from_memory, own, SumDy(ch), SumDyXc(ch));
     }
   }
 
   // Once every part is measured: the chunks' sums of channels [c0, c1) added into
   // chunk 0's, in a pairwise tree (at width w, chunk a takes in chunk a + w).
   void Merge(size_t c0, size_t c1) {
-    for (size_t w = 1; w < chunks_; w *= 2) {
-      for (size_t a = 0; a + w < chunks_; a += 2 * w) {
-        for (size_t ci = c0; ci < c1; ++ci) {
-          SumDy(a)[ci] += SumDy(a + w)[ci];
-          SumDyXc(a)[ci] += SumDyXc(a + w)[ci];
-        }
+    rows_.MergePairwise([&](size_t a, size_t b, size_t, size_t) {
+      for (size_t ci = c0; ci < c1; ++ci) {
+        SumDy(a)[ci] += SumDy(b)[ci];
+        SumDyXc(a)[ci] += SumDyXc(b)[ci];
       }
-    }
+    });
   }
 
   // Once merged: channel ci's sums.
@@ -251,14 +246,11 @@ class GradColumns {
     maps_[3 * c + ci] = g.k_x;
   }
 
-  // Once every channel's map is set: part t of the rows mapped, in equal parts of
-  // blocks of 16 rows (a narrow row's period, see ColumnPeriodRows).
+  // Once every channel's map is set: part t of the rows mapped (ColumnRows::Part).
   void Apply(size_t t, size_t parts) const {
     const size_t c = job_.c;
-    constexpr size_t kRowBlock = 16;
-    const size_t blocks = (rows_ + kRowBlock - 1) / kRowBlock;
-    const size_t r0 = std::min(rows_, PartBegin(blocks, t, parts) * kRowBlock);
-    const size_t r1 = std::min(rows_, PartBegin(blocks, t + 1, parts) * kRowBlock);
+    size_t r0, r1;
+    rows_.Part(t, parts, &r0, &r1);
     if (r1 > r0) {
       ctx_.k.column_grad_apply(job_.x + r0 * c, job_.dy + r0 * c, r1 - r0, c,
                                ColumnGrad{maps_, maps_ + c, maps_ + 2 * c, maps_ + 3 * c},
@@ -273,7 +265,8 @@ class GradColumns {
 
   const Context& ctx_;
   const BatchNormGradJob& job_;
-  const size_t rows_, chunk_rows_, chunks_, scratch_floats_;
+  const ColumnRows rows_;
+  const size_t scratch_floats_;
   Workspace<float, struct ColumnGradSumsTag> sums_ws_;
   Workspace<float, struct ColumnGradScratchTag> scratch_ws_;
   Workspace<float, struct ColumnGradMapsTag> maps_ws_;

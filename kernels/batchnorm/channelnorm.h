@@ -54,6 +54,51 @@ inline size_t ColumnChunkRows(size_t c) {
   return rows < 64 ? 64 : rows;
 }
 
+// The rows of an NHWC tensor as the op layer splits them: chunks of ColumnChunkRows(c)
+// rows, the fixed partition whose per-column results are merged in a pairwise tree,
+// and parts of rows for the threads that map them.
+class ColumnRows {
+ public:
+  ColumnRows(size_t rows, size_t c)
+      : rows_(rows),
+        chunk_rows_(ColumnChunkRows(c)),
+        chunks_((rows + chunk_rows_ - 1) / chunk_rows_) {}
+
+  size_t rows() const { return rows_; }
+  size_t chunks() const { return chunks_; }
+  size_t chunk_rows() const { return chunk_rows_; }
+  size_t RowsIn(size_t first, size_t end) const {  // rows of chunks [first, end)
+    return (end * chunk_rows_ < rows_ ? end * chunk_rows_ : rows_) - first * chunk_rows_;
+  }
+
+  // merge(a, b, rows_a, rows_b): chunk a takes in chunk b, in a pairwise tree (at
+  // width w, chunk a takes in chunk a + w).
+  template <class Merge>
+  void MergePairwise(const Merge& merge) const {
+    for (size_t w = 1; w < chunks_; w *= 2) {
+      for (size_t a = 0; a + w < chunks_; a += 2 * w) {
+        const size_t b_end = a + 2 * w < chunks_ ? a + 2 * w : chunks_;
+        merge(a, a + w, RowsIn(a, a + w), RowsIn(a + w, b_end));
+      }
+    }
+  }
+
+  // Rows [*r0, *r1) of part t of `parts`: equal parts of blocks of 16 rows (a narrow
+  // row's period, see ColumnPeriodRows). Maps are per element, so any partition gives
+  // the same bits. (Parts of whole chunks split 8x512x7x7's 392 rows 256 / 136.)
+  void Part(size_t t, size_t parts, size_t* r0, size_t* r1) const {
+    constexpr size_t kRowBlock = 16;
+    const size_t blocks = (rows_ + kRowBlock - 1) / kRowBlock;
+    *r0 = blocks * t / parts * kRowBlock;
+    *r1 = blocks * (t + 1) / parts * kRowBlock;
+    if (*r0 > rows_) *r0 = rows_;
+    if (*r1 > rows_) *r1 = rows_;
+  }
+
+ private:
+  size_t rows_, chunk_rows_, chunks_;
+};
+
 struct ChannelNormKernels {
   // Moments of x[0, n) times scale; x lies in the tensor [begin, end), whose elements
   // around the span may be read too (never past its bounds).
