@@ -27,7 +27,7 @@ for np in 1 2 3; do
   done
   cat "$work/log"
   cmp "$work/$np.1" "$work/$np.2" || fail "$np ranks: two runs wrote different bits"
-  echo "ok: $np ranks, two runs, the same $(wc -c < "$work/$np.1") bytes"
+  echo "ok: -np $np, two runs, the same $(wc -c < "$work/$np.1") bytes"
 done
 
 # Open MPI's coll/adapt reduces a commutative operation in the order the ranks' data
