@@ -5,8 +5,9 @@
 # (hidden by tests/without_packages.sh) the configure skips the tests and benchmarks,
 # naming the missing package, and the library builds (one of its objects stands for
 # it here: the whole takes minutes); -DNK_BUILD_TESTS=ON or -DNK_BUILD_BENCHMARKS=ON
-# then stops the configure naming the package. Under a user's add_subdirectory the
-# tests and benchmarks are off.
+# then stops the configure naming the package. Without Open MPI the tests skip the MPI
+# example, in one line naming it. Under a user's add_subdirectory the tests and
+# benchmarks are off.
 set -euo pipefail
 fail() { echo "FAIL: $*"; [ ! -f "$log" ] || cat "$log"; exit 1; }
 
@@ -32,6 +33,19 @@ if [ "$1" = --inside ]; then  # in the namespace without the packages
   exit 0
 fi
 
+if [ "$1" = --inside-without-mpi ]; then  # GTest here, MPI not
+  src=$2 build=$3/build-mpi log=$3/log
+  cmake -G "Unix Makefiles" -S "$src" -B "$build" -DNK_BUILD_BENCHMARKS=OFF \
+    > "$log" 2>&1 || fail "configure without MPI"
+  message="Skipping the MPI example: MPI not found (apt-get install openmpi-bin"
+  [ "$(grep -c MPI "$log")" -eq 1 ] && grep -q "$message" "$log" ||
+    fail "not one line naming MPI"
+  ! grep -rq mpi_sync_batchnorm "$build" --include=CTestTestfile.cmake ||
+    fail "the MPI test is in"
+  echo "ok: without MPI the configure skips the MPI example in one line naming it"
+  exit 0
+fi
+
 src=$1
 work=$2
 log=$work/log
@@ -39,6 +53,9 @@ rm -rf "$work"
 mkdir -p "$work/user"
 bash "$(dirname "$0")/without_packages.sh" libgtest-dev libbenchmark-dev libdnnl-dev -- \
   bash "$0" --inside "$src" "$work"
+
+bash "$(dirname "$0")/without_packages.sh" openmpi-bin libopenmpi-dev -- \
+  bash "$0" --inside-without-mpi "$src" "$work"
 
 cat > "$work/user/CMakeLists.txt" << EOF
 cmake_minimum_required(VERSION 3.18)
@@ -48,4 +65,4 @@ EOF
 cmake -S "$work/user" -B "$work/user/build" > "$log" 2>&1 || fail "add_subdirectory"
 [ ! -e "$work/user/build/normkernels/tests" ] || fail "tests are in a user's project"
 echo "ok: no tests or benchmarks under a user's add_subdirectory"
-echo "4 passed, 0 failed"
+echo "5 passed, 0 failed"
