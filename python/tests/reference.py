@@ -145,3 +145,36 @@ def var_bound(x, var, eps, channels_last=False):
     xc = np.moveaxis(x, -1, 0) if channels_last else np.moveaxis(x, 1, 0)
     xc = xc.reshape(xc.shape[0], -1).astype(np.float64)
     return 8 * U * _lg(xc.shape[1]) * (var + eps + np.abs(xc).max(1) ** 2)
+
+
+def bn_running_reference(x, running, momentum, eps=1e-5):
+    """The running statistics after a training batch x (N, C, ...), from running =
+    (mean, var, mean bound, var bound) before it, in float64, with their bounds:
+    design.md's on the batch's statistics carried through PyTorch's momentum update,
+    plus its rounding to float32. The first running is (0, 1, 0, 0), PyTorch's."""
+    mean_before, var_before, mean_bound, var_bound_before = running
+    c = x.shape[1]
+    _, mean, var, count, _ = bn_reference(x, np.ones(c), np.zeros(c), eps, False)
+    batch_mean_bound, _ = stat_bounds(np.moveaxis(x, 1, 0).reshape(c, -1), np.ones(c))
+    unbiased = count / (count - 1)
+    mean_after = (1 - momentum) * mean_before + momentum * mean
+    var_after = (1 - momentum) * var_before + momentum * var * unbiased
+    return (mean_after, var_after,
+            (1 - momentum) * mean_bound + momentum * batch_mean_bound
+            + 2 * U * np.abs(mean_after),
+            (1 - momentum) * var_bound_before
+            + momentum * var_bound(x, var, eps) * unbiased + 2 * U * np.abs(var_after))
+
+
+def bn_gradient_bounds(dy, x, used, exact, gamma):
+    """Bounds on BatchNorm's (dx, dgamma, dbeta) of x (N, C, ...) against PyTorch's
+    float64 gradients, from the statistics used = (mean, rstd) (the forward's saved
+    ones) and the exact ones: design.md's bound (ours against the float64 reference at
+    the used statistics), plus what the used statistics' own error makes of the exact
+    gradient (the reference at the used and at the exact statistics), plus both
+    float64 computations' rounding (the bound again, u = 2^-53, sums in any order)."""
+    at_used = bn_backward_reference(dy, x, *used, gamma, False)
+    at_exact = bn_backward_reference(dy, x, *exact, gamma, False, u=2.0 ** -53,
+                                     depth=lambda n: n)
+    return [at_used[3 + i] + np.abs(at_used[i] - at_exact[i]) + 2 * at_exact[3 + i]
+            for i in range(3)]

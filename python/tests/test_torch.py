@@ -12,6 +12,7 @@ from reference import backward_reference, data, reference
 
 torch = pytest.importorskip("torch")
 import normkernels.torch as nkt  # noqa: E402 (needs torch)
+from sparse_gradient import SparseGradient  # noqa: E402
 
 NAMES = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"]
 F64 = torch.float64
@@ -333,18 +334,6 @@ def test_other_tensors_are_refused_or_given_to_pytorch():
     y = nkt.RMSNorm(8, fallback=True)(x)  # float32: the library's still
     np.testing.assert_array_equal(y.detach().numpy(),
                                   nk.rms_norm(x.detach().numpy(), eps=1e-6))
-
-
-class SparseGradient(torch.autograd.Function):
-    """The identity, whose backward gives a sparse gradient."""
-
-    @staticmethod
-    def forward(ctx, t):
-        return t.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        return g.to_sparse()
 
 
 def test_sparse_gradients_are_refused():

@@ -71,3 +71,8 @@ def backward_once(gradients):
         return gradients(ctx, *grads)
 
     return staticmethod(backward)
+
+
+def address(t):
+    """The address of t's data, or None (NULL) for None."""
+    return None if t is None else t.data_ptr()
