@@ -161,10 +161,13 @@ def test_training_gives_pytorchs_losses(memory_format):
 def test_modules_are_pytorchs():
     """The same arguments, parameters, buffers and state_dict as torch.nn's; affine=False
     and track_running_stats=False as there."""
-    for name in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"):
+    for name in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"):
         ours, theirs = getattr(nkt, name)(4), getattr(torch.nn, name)(4)
-        assert isinstance(ours, getattr(torch.nn, name))
+        assert isinstance(ours, torch.nn.modules.batchnorm._BatchNorm)
         assert ours.state_dict().keys() == theirs.state_dict().keys()
+        assert repr(ours) == repr(theirs)
+        # DistributedDataParallel refuses torch.nn.SyncBatchNorm in a CPU model.
+        assert isinstance(ours, getattr(torch.nn, name)) == (name != "SyncBatchNorm")
     theirs = torch.nn.BatchNorm2d(3, eps=1e-3, momentum=0.3)
     theirs.weight.data.normal_()
     theirs(torch.randn(4, 3, 2, 2))  # running statistics and num_batches_tracked of 1

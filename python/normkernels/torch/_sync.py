@@ -85,7 +85,7 @@ def _gradients(ctx, dy):
 _SyncBatchNorm.backward = backward_once(_gradients)
 
 
-class SyncBatchNorm(Module, torch.nn.SyncBatchNorm):
+class SyncBatchNorm(Module, torch.nn.modules.batchnorm._BatchNorm):
     """torch.nn.SyncBatchNorm on the library, for CPU tensors (PyTorch's takes CUDA
     tensors only): the same constructor arguments (num_features, eps, momentum, affine,
     track_running_stats, process_group, device, dtype), parameters, buffers and
@@ -93,7 +93,18 @@ class SyncBatchNorm(Module, torch.nn.SyncBatchNorm):
     process of process_group (default: the whole world) holding a shard of it;
     evaluation, or a group of one process, is BatchNorm's (no communication).
     fallback=True sends tensors the library does not take (CUDA ones) to
-    torch.nn.SyncBatchNorm's own forward."""
+    torch.nn.SyncBatchNorm's own forward. Not an instance of torch.nn.SyncBatchNorm,
+    which DistributedDataParallel refuses in a CPU model."""
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True,
+                 track_running_stats=True, process_group=None, device=None, dtype=None,
+                 *, fallback=False):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device,
+                         dtype, fallback=fallback)
+        self.process_group = process_group
+
+    _check_input_dim = torch.nn.SyncBatchNorm._check_input_dim
+    _check_non_zero_input_channels = torch.nn.SyncBatchNorm._check_non_zero_input_channels
 
     def forward(self, input):
         if not ours(type(self).__name__, self.fallback, NAMES, input, self.running_mean,
