@@ -4,10 +4,16 @@
 torch.nn.BatchNorm2d over the whole batch in one process, in float64: y, the running
 statistics, the input's gradient and the sums over the processes of the weight's and
 bias's (what DistributedDataParallel averages), for two training steps in each memory
-format and an eval step. A hung process group fails the test after TIMEOUT seconds."""
+format and an eval step; and examples/torch/sync_batchnorm.py (DistributedDataParallel)
+run as docs/distributed.md says. A hung process group fails the test after TIMEOUT
+seconds."""
 import datetime
 import os
+import pathlib
+import shutil
 import socket
+import subprocess
+import sys
 import time
 
 import numpy as np
@@ -178,3 +184,27 @@ def test_processes_give_pytorchs_batch_norm_over_the_whole_batch(world, cuts, tm
             for name, g, theirs_g, bound in zip(("y", "dx", "dweight", "dbias"), got,
                                                 want, bounds):
                 assert np.all(np.abs(g - theirs_g.numpy()) <= bound), (name, k)
+
+
+EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "torch" / \
+    "sync_batchnorm.py"
+# Debian's torchrun (PyTorch 1.13 on Python 3.11) cannot parse its default --redirects
+# and --tee ("0"); given as maps of ranks they work.
+TORCHRUN = ["--standalone", "--nproc_per_node=3", "--redirects", "0:1", "--tee", "0:1"]
+
+
+@pytest.mark.parametrize("launcher", ["torch.multiprocessing", "torchrun"])
+def test_example_trains_the_same_model_in_every_process(launcher):
+    if launcher == "torchrun":
+        torchrun = shutil.which("torchrun")
+        if torchrun is None:
+            pytest.skip("no torchrun on PATH")
+        command = [torchrun, *TORCHRUN, str(EXAMPLE)]
+    else:
+        command = [sys.executable, str(EXAMPLE), "--processes", "2"]
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="lo")
+    run = subprocess.run(command, env=env, capture_output=True, text=True,
+                         timeout=TIMEOUT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "every process holds the same model" in run.stdout
+    assert "rank 1 step 4: loss" in run.stdout
