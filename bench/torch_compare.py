@@ -18,7 +18,7 @@ them. Batches of calls of the sides alternate, so that all see the same drift of
 machine's speed; each figure is the median over the batches, beside the batches'
 spread (coefficient of variation), with a warning when the spreads say the machine was
 busy. Each case first checks that the sides give the same y, or dx and the
-parameters' gradients (within 1e-3). Prints the table; --out writes it to
+parameters' gradients (within 1e-3, see check). Prints the table; --out writes it to
 DIR/torch_compare.md, --update to DOC's torch section (between its torch markers).
 --quick (ctest) runs the first three cases of each kind, three batches each.
 """
@@ -265,14 +265,18 @@ HEAD = ["| op | shape | threads | PyTorch us | cv % | normkernels us | cv % | sp
 
 
 def check(case):
-    """Exits unless each of the library's functions gives PyTorch's outputs."""
+    """Exits unless each of the library's functions gives PyTorch's outputs: within
+    1e-3 relative, or 1e-3 of the output's largest magnitude (a sum over a batch that
+    cancels to near 0: PyTorch's channels-last BatchNorm sums dgamma over 32x56x56
+    values with errors of 0.01 where the float64 one is 531, ours 1e-4)."""
     theirs = case.layout(case.torch())
     theirs = theirs if isinstance(theirs, tuple) else (theirs,)
     for op, fn in case.ours.items():
         ours = fn()
         ours = ours if isinstance(ours, tuple) else (ours,)
         for name, a, b in zip(case.outputs, ours, theirs, strict=True):
-            if not np.allclose(np.asarray(a), b, rtol=1e-3, atol=1e-3):
+            scale = max(1.0, float(np.abs(b).max(initial=0.0)))
+            if not np.allclose(np.asarray(a), b, rtol=1e-3, atol=1e-3 * scale):
                 sys.exit(f"torch_compare: {op} {case.shape}: the two sides' {name} "
                          "differ")
 
