@@ -21,13 +21,15 @@ bias in both modes. A channels_last input (torch.channels_last, channels_last_3d
 an (N, C, L) view of an (N, L, C) tensor) is read where it lies, and y and the input's
 gradient come in its memory format; other layouts are copied with .contiguous() first.
 
-SyncBatchNorm, as torch.nn.SyncBatchNorm but for CPU tensors over a torch.distributed
-process group (gloo): each process holds a shard of the batch; training normalizes
-every shard with the statistics of the whole batch, and the input's gradient is the
-whole batch's. As PyTorch's, weight and bias get this shard's gradients, which
-DistributedDataParallel averages over the processes as it does every parameter's.
-SyncBatchNorm.convert_sync_batchnorm(model) turns a model's BatchNorm modules into
-it. docs/distributed.md shows how to launch the processes.
+SyncBatchNorm, as torch.nn.SyncBatchNorm (its constructor, process_group included) but
+for CPU tensors over a torch.distributed process group (gloo): each process holds a
+shard of the batch; training normalizes every shard with the statistics of the whole
+batch, and the input's gradient is the whole batch's. As PyTorch's, weight and bias
+get this shard's gradients, which DistributedDataParallel averages over the processes
+as it does every parameter's. It is not a torch.nn.SyncBatchNorm, which
+DistributedDataParallel refuses in a CPU model. Its classmethod
+convert_sync_batchnorm(model) turns a model's BatchNorm modules into it.
+docs/distributed.md shows how to launch the processes.
 
 The library computes in float32 on the CPU: tensors of another dtype, device or
 layout raise TypeError, unless fallback=True (a keyword of the functions, of the
