@@ -12,10 +12,15 @@ it creates are C-contiguous. BatchNorm normalizes per channel, axis 1 of
 beta may also be given as weight= / bias=, PyTorch's names. Zero-size inputs give
 empty outputs, as in PyTorch.
 
-The LayerNorm family's backward (layer_norm_backward, ...) takes the forward's saved
-statistics and gives the gradients torch.nn.LayerNorm's autograd gives;
-normkernels.torch (imported on its own; importing normkernels does not import torch)
-wraps forward and backward as autograd Functions and nn.Modules.
+The backward functions (layer_norm_backward, ..., batch_norm_backward) take the
+forward's saved statistics and give the gradients PyTorch's autograd gives.
+SyncBatchNorm's steps, for one shard of a batch spread over processes:
+batch_norm_moments, moments_merge (the allreduce), batch_norm_update_running and
+batch_norm(training=False) with the merged statistics; backward
+batch_norm_backward_reduce, a sum of its two results over the shards,
+batch_norm_backward_apply. normkernels.torch (imported on its own; importing
+normkernels does not import torch) wraps forward and backward as autograd Functions
+and nn.Modules, SyncBatchNorm over torch.distributed included.
 
 Errors of the library raise NormKernelsError carrying its message (nk_last_error);
 wrong types raise TypeError, wrong shapes or layouts ValueError, scalars that do not
@@ -46,6 +51,7 @@ __all__ = [
     "layer_norm_backward", "rms_norm_backward", "add_layer_norm_backward",
     "add_rms_norm_backward",
     "batch_norm", "batch_norm_moments", "moments_merge", "batch_norm_update_running",
+    "batch_norm_backward", "batch_norm_backward_reduce", "batch_norm_backward_apply",
     "isa", "available_isas", "set_isa", "num_threads", "set_num_threads", "version",
 ]
 
@@ -267,14 +273,26 @@ def add_rms_norm(x, residual, gamma=None, eps=1e-5, out=None, return_stats=False
                     sum_out, weight, None, normalized_shape)
 
 
+def _required(a, name, what="the forward's saved statistic (return_stats=True)"):
+    if a is None:
+        raise TypeError(f"{name} is required: {what}")
+    return a
+
+
+_DY = "the gradient of the forward's y"
+
+
+def _flag(value, name):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool, not {type(value).__name__}")
+    return value
+
+
 def _statistics(a, name, lead, norm):
     """A saved statistic, required: one value per row, shaped as the forwards return it
     (x's leading axes) or with the normalized axes kept as 1s (torch.native_layer_norm's
     mean and rstd)."""
-    if a is None:
-        raise TypeError(f"{name} is required: the forward's saved statistic "
-                        "(return_stats=True)")
-    a = _array(a, name)
+    a = _array(_required(a, name), name)
     kept = lead + (1,) * len(norm)
     if a.shape != lead and a.shape != kept:
         raise ValueError(f"{name} has shape {a.shape}; expected {lead}, one value per "
@@ -285,13 +303,10 @@ def _statistics(a, name, lead, norm):
 def _backward(center, fused, dy, x, dsum, mean, rstd, gamma, out, param_grads, weight,
               normalized_shape):
     gamma = _alias(gamma, weight, "gamma", "weight")
-    if not isinstance(param_grads, (bool, np.bool_)):
-        raise TypeError(f"param_grads must be a bool, not {type(param_grads).__name__}")
+    _flag(param_grads, "param_grads")
     x, ldx, lead, norm, cols = _rows(x, "sum" if fused else "x", normalized_shape)
     rows, k = x.size // cols, len(lead)
-    dy, lddy = _rows_like(dy, "dy", x, k, cols)
-    if dy is None:
-        raise TypeError("dy is required: the gradient of the forward's y")
+    dy, lddy = _rows_like(_required(dy, "dy", _DY), "dy", x, k, cols)
     dsum, ldds = _rows_like(dsum, "dsum", x, k, cols)
     mean = _statistics(mean, "mean", lead, norm) if center else None
     rstd = _statistics(rstd, "rstd" if center else "rrms", lead, norm)
@@ -549,3 +564,77 @@ def batch_norm_update_running(count, mean, m2, momentum, running_mean, running_v
     running_var = _channel_vector(running_var, "running_var", c, writable=True)
     _check(_lib.nk_batchnorm_update_running_f32(c, count, _ptr(mean), _ptr(m2), momentum,
                                                 _ptr(running_mean), _ptr(running_var)))
+
+
+def _bn_gradient_inputs(dy, x, mean, rstd, channels_last, stats):
+    """The arguments every BatchNorm backward reads, checked: (x, dy, mean, rstd, n, c,
+    spatial, layout). stats: what mean and rstd are, for the message when missing."""
+    x = _bn_input(x, channels_last)
+    n, c, spatial = _bn_shape(x, channels_last)
+    dy = _array(_required(dy, "dy", _DY), "dy", x.shape)
+    mean = _channel_vector(_required(mean, stats[0]), stats[0], c)
+    rstd = _channel_vector(_required(rstd, stats[1]), stats[1], c)
+    return x, dy, mean, rstd, n, c, spatial, _NHWC if channels_last else _NCHW
+
+
+def batch_norm_backward(dy, x, save_mean, save_rstd, gamma=None, channels_last=False, *,
+                        out=None, param_grads=True, weight=None):
+    """The gradients of batch_norm(training=True), as torch.nn.BatchNorm's autograd
+    gives them, for the gradient dy of its y: returns (dx, dgamma, dbeta).
+
+    save_mean, save_rstd: the forward's saved statistics (batch_norm(...,
+    return_stats=True)), required; taken as exact. dgamma, dbeta: the gradients of
+    gamma and beta, summed over the batch; param_grads=False skips them (None). x and
+    dy as the forward's x (channels_last the same); out may be dy (in place)."""
+    gamma = _alias(gamma, weight, "gamma", "weight")
+    _flag(param_grads, "param_grads")
+    x, dy, mean, rstd, n, c, spatial, layout = _bn_gradient_inputs(
+        dy, x, save_mean, save_rstd, channels_last, ("save_mean", "save_rstd"))
+    gamma = _channel_vector(gamma, "gamma", c)
+    dx = _output(out, x, "out")
+    # Sums over the batch: with no value the library writes nothing, and they are 0.
+    new = np.empty if n * spatial else np.zeros
+    dgamma = new(c, np.float32) if param_grads else None
+    dbeta = new(c, np.float32) if param_grads else None
+    _check(_lib.nk_batchnorm_backward_f32(n, c, spatial, layout, _ptr(x), _ptr(dy),
+                                          _ptr(mean), _ptr(rstd), _ptr(gamma), _ptr(dx),
+                                          _ptr(dgamma), _ptr(dbeta)))
+    return dx, dgamma, dbeta
+
+
+def batch_norm_backward_reduce(dy, x, mean, rstd, channels_last=False):
+    """SyncBatchNorm backward, step 1: this shard's sums per channel, (sum_dy,
+    sum_dy_xhat), with x_hat = (x - mean) * rstd from the merged statistics that
+    normalized it (rstd = 1 / sqrt(m2 / count + eps)). They are the shard's dbeta and
+    dgamma; step 2 sums them over the shards (an allreduce)."""
+    x, dy, mean, rstd, n, c, spatial, layout = _bn_gradient_inputs(
+        dy, x, mean, rstd, channels_last, ("mean", "rstd"))
+    sum_dy = np.empty(c, np.float32)
+    sum_dy_xhat = np.empty(c, np.float32)
+    _check(_lib.nk_batchnorm_backward_reduce_f32(n, c, spatial, layout, _ptr(x), _ptr(dy),
+                                                 _ptr(mean), _ptr(rstd), _ptr(sum_dy),
+                                                 _ptr(sum_dy_xhat)))
+    return sum_dy, sum_dy_xhat
+
+
+def batch_norm_backward_apply(dy, x, mean, rstd, total_count, sum_dy, sum_dy_xhat,
+                              gamma=None, channels_last=False, *, out=None, weight=None):
+    """SyncBatchNorm backward, step 3: this shard's dx from the sums over every shard
+    and the count of values per channel over every shard (moments_merge's count).
+    mean and rstd as in step 1; out may be dy (in place)."""
+    gamma = _alias(gamma, weight, "gamma", "weight")
+    total_count = _integer(total_count, "total_count", "uint64_t")
+    x, dy, mean, rstd, n, c, spatial, layout = _bn_gradient_inputs(
+        dy, x, mean, rstd, channels_last, ("mean", "rstd"))
+    sum_dy = _channel_vector(_required(sum_dy, "sum_dy", _SUMS), "sum_dy", c)
+    sum_dy_xhat = _channel_vector(_required(sum_dy_xhat, "sum_dy_xhat", _SUMS),
+                                  "sum_dy_xhat", c)
+    gamma = _channel_vector(gamma, "gamma", c)
+    dx = _output(out, x, "out")
+    _check(_lib.nk_batchnorm_backward_apply_f32(
+        n, c, spatial, layout, _ptr(x), _ptr(dy), _ptr(mean), _ptr(rstd), _ptr(gamma),
+        total_count, _ptr(sum_dy), _ptr(sum_dy_xhat), _ptr(dx)))
+    return dx
+
+
+_SUMS = "step 1's sums over every shard"

@@ -29,6 +29,26 @@ def reference(x, residual=None, gamma=None, beta=None, eps=1e-5, center=True):
     return y, mean[..., 0], r[..., 0], bound
 
 
+def _set_gradients(dy, x, mean, r, gamma, u, depth):
+    """float64 dx of sets of values along the last axis of x (mean, r and gamma
+    broadcast against it; mean None: RMSNorm), x_hat, and design.md's bound on dx."""
+    xhat = (x - (0.0 if mean is None else mean)) * r
+    a = dy if gamma is None else gamma * dy
+    mean_a = 0.0 if mean is None else a.mean(-1, keepdims=True)
+    dx = r * (a - mean_a - xhat * (a * xhat).mean(-1, keepdims=True))
+    big_a = np.abs(a).mean(-1, keepdims=True)
+    big_b = np.abs(a * xhat).mean(-1, keepdims=True)
+    dx_bound = 8 * u * depth(x.shape[-1]) * r * (np.abs(a) + big_a + np.abs(xhat) * big_b)
+    return dx, xhat, dx_bound + 1e-30
+
+
+def _sum_bounds(dy, xhat, axis, u, depth):
+    """design.md's bounds on dgamma = sum dy * x_hat and dbeta = sum dy along axis."""
+    depth_sets = depth(max(1, dy.shape[axis]))
+    return (8 * u * depth_sets * np.abs(dy * xhat).sum(axis),
+            4 * u * depth_sets * np.abs(dy).sum(axis))
+
+
 def backward_reference(dy, x, mean, r, gamma=None, dsum=None, u=U, depth=_lg):
     """float64 gradients of the normalization over the last axis of x from the given
     statistics, taken as exact (mean None: RMSNorm), and design.md's bounds on them:
@@ -38,22 +58,31 @@ def backward_reference(dy, x, mean, r, gamma=None, dsum=None, u=U, depth=_lg):
     x, dy = x.astype(np.float64), dy.astype(np.float64)
     n = x.shape[-1]
     r = r.astype(np.float64).reshape(x.shape[:-1] + (1,))
-    m = 0.0 if mean is None else mean.astype(np.float64).reshape(r.shape)
-    xhat = (x - m) * r
-    a = dy if gamma is None else gamma.astype(np.float64) * dy
-    mean_a = 0.0 if mean is None else a.mean(-1, keepdims=True)
-    dx = r * (a - mean_a - xhat * (a * xhat).mean(-1, keepdims=True))
-    big_a = np.abs(a).mean(-1, keepdims=True)
-    big_b = np.abs(a * xhat).mean(-1, keepdims=True)
-    dx_bound = 8 * u * depth(n) * r * (np.abs(a) + big_a + np.abs(xhat) * big_b) + 1e-30
+    m = None if mean is None else mean.astype(np.float64).reshape(r.shape)
+    g = None if gamma is None else gamma.astype(np.float64)
+    dx, xhat, dx_bound = _set_gradients(dy, x, m, r, g, u, depth)
     if dsum is not None:
         dx = dx + dsum
         dx_bound = dx_bound + u * np.abs(dsum)
-    rows = dy.reshape(-1, n), (dy * xhat).reshape(-1, n)
-    depth_rows = depth(max(1, rows[0].shape[0]))
-    return (dx, rows[1].sum(0), rows[0].sum(0), dx_bound,
-            8 * u * depth_rows * np.abs(rows[1]).sum(0),
-            4 * u * depth_rows * np.abs(rows[0]).sum(0))
+    rows = dy.reshape(-1, n), xhat.reshape(-1, n)
+    return (dx, (rows[0] * rows[1]).sum(0), rows[0].sum(0), dx_bound,
+            *_sum_bounds(*rows, 0, u, depth))
+
+
+def bn_backward_reference(dy, x, mean, r, gamma, channels_last, u=U, depth=_lg):
+    """float64 gradients of training BatchNorm per channel from the given statistics,
+    taken as exact, and design.md's bounds, as backward_reference: dx and its bound
+    laid out as x, the others per channel. gamma None: ones."""
+    axis = -1 if channels_last else 1
+    moved = np.moveaxis(x, axis, 0).shape
+    xs, dys = (np.moveaxis(a, axis, 0).reshape(moved[0], -1).astype(np.float64)
+               for a in (x, dy))
+    per_set = [None if v is None else v.astype(np.float64).reshape(-1, 1)
+               for v in (mean, r, gamma)]
+    dx, xhat, dx_bound = _set_gradients(dys, xs, *per_set, u, depth)
+    dx, dx_bound = (np.moveaxis(a.reshape(moved), 0, axis) for a in (dx, dx_bound))
+    return (dx, (dys * xhat).sum(1), dys.sum(1), dx_bound,
+            *_sum_bounds(dys, xhat, 1, u, depth))
 
 
 def stat_bounds(x, rstd_ref):
@@ -116,3 +145,36 @@ def var_bound(x, var, eps, channels_last=False):
     xc = np.moveaxis(x, -1, 0) if channels_last else np.moveaxis(x, 1, 0)
     xc = xc.reshape(xc.shape[0], -1).astype(np.float64)
     return 8 * U * _lg(xc.shape[1]) * (var + eps + np.abs(xc).max(1) ** 2)
+
+
+def bn_running_reference(x, running, momentum, eps=1e-5):
+    """The running statistics after a training batch x (N, C, ...), from running =
+    (mean, var, mean bound, var bound) before it, in float64, with their bounds:
+    design.md's on the batch's statistics carried through PyTorch's momentum update,
+    plus its rounding to float32. The first running is (0, 1, 0, 0), PyTorch's."""
+    mean_before, var_before, mean_bound, var_bound_before = running
+    c = x.shape[1]
+    _, mean, var, count, _ = bn_reference(x, np.ones(c), np.zeros(c), eps, False)
+    batch_mean_bound, _ = stat_bounds(np.moveaxis(x, 1, 0).reshape(c, -1), np.ones(c))
+    unbiased = count / (count - 1)
+    mean_after = (1 - momentum) * mean_before + momentum * mean
+    var_after = (1 - momentum) * var_before + momentum * var * unbiased
+    return (mean_after, var_after,
+            (1 - momentum) * mean_bound + momentum * batch_mean_bound
+            + 2 * U * np.abs(mean_after),
+            (1 - momentum) * var_bound_before
+            + momentum * var_bound(x, var, eps) * unbiased + 2 * U * np.abs(var_after))
+
+
+def bn_gradient_bounds(dy, x, used, exact, gamma):
+    """Bounds on BatchNorm's (dx, dgamma, dbeta) of x (N, C, ...) against PyTorch's
+    float64 gradients, from the statistics used = (mean, rstd) (the forward's saved
+    ones) and the exact ones: design.md's bound (ours against the float64 reference at
+    the used statistics), plus what the used statistics' own error makes of the exact
+    gradient (the reference at the used and at the exact statistics), plus both
+    float64 computations' rounding (the bound again, u = 2^-53, sums in any order)."""
+    at_used = bn_backward_reference(dy, x, *used, gamma, False)
+    at_exact = bn_backward_reference(dy, x, *exact, gamma, False, u=2.0 ** -53,
+                                     depth=lambda n: n)
+    return [at_used[3 + i] + np.abs(at_used[i] - at_exact[i]) + 2 * at_exact[3 + i]
+            for i in range(3)]

@@ -92,10 +92,14 @@ def test_install_sh_installs_under_prefix_and_the_package_finds_it(tmp_path):
                    check=True, capture_output=True)
     assert list(prefix.glob("include/normkernels.h"))
     library, = prefix.rglob("libnormkernels.so.0")
-    code = ("import normkernels as nk, numpy as np; print(nk._lib._name); "
+    code = ("import importlib.util, normkernels as nk, numpy as np; "
+            "print(nk._lib._name); "
             "y = nk.layer_norm(np.arange(3, dtype=np.float32)); "
-            "print([round(float(v), 4) for v in y])")
+            "print([round(float(v), 4) for v in y]); "
+            "print(importlib.util.find_spec('normkernels.torch').origin)")
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, check=True,
                          env=dict(env, PYTHONPATH=str(site)), capture_output=True,
                          text=True)
-    assert run.stdout.split("\n")[:2] == [str(library), "[-1.2247, 0.0, 1.2247]"]
+    assert run.stdout.split("\n")[:3] == [
+        str(library), "[-1.2247, 0.0, 1.2247]",
+        str(site / "normkernels" / "torch" / "__init__.py")]  # the subpackage too

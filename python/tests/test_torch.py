@@ -12,6 +12,7 @@ from reference import backward_reference, data, reference
 
 torch = pytest.importorskip("torch")
 import normkernels.torch as nkt  # noqa: E402 (needs torch)
+from sparse_gradient import SparseGradient  # noqa: E402
 
 NAMES = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"]
 F64 = torch.float64
@@ -198,7 +199,7 @@ def test_views_are_read_where_they_lie():
     qkv = leaf(data((16, 192), 1))
     w, dy = leaf(data((64,), 2)), torch.from_numpy(data((16, 64), 3))
     k = qkv[:, 64:128]
-    assert nkt._rows(k, 1, 64) == (k, 192)  # its row stride: the buffer's
+    assert nkt._rownorm._rows(k, 1, 64) == (k, 192)  # its row stride: the buffer's
     y = nkt.rms_norm(k, 64, w)
     copied = leaf(data((16, 192), 1)[:, 64:128].copy())
     want = nkt.rms_norm(copied, 64, w)
@@ -208,7 +209,7 @@ def test_views_are_read_where_they_lie():
     assert torch.equal(qkv.grad[:, 64:128], copied.grad)
     assert not qkv.grad[:, :64].any() and not qkv.grad[:, 128:].any()
     base = leaf(data((64, 10), 4))
-    copy, ld = nkt._rows(base.T, 1, 64)
+    copy, ld = nkt._rownorm._rows(base.T, 1, 64)
     assert copy.is_contiguous() and ld == 64
     copied = leaf(data((64, 10), 4).T.copy())
     y, want = nkt.layer_norm(base.T, 64), nkt.layer_norm(copied, 64)
@@ -226,7 +227,7 @@ def test_row_strided_gradients_are_read_where_they_lie():
     in place, giving the gradients of their contiguous copies."""
     wide = torch.from_numpy(data((2, 16, 160), 1))
     dy, dsum = wide[0, :, 32:96], wide[1, :, 16:80]
-    assert nkt._rows(dy, 1, 64) == (dy, 160)
+    assert nkt._rownorm._rows(dy, 1, 64) == (dy, 160)
     grads = []
     for gradients in ((dy, dsum), (dy.contiguous(), dsum.contiguous())):
         x, residual = leaf(data((16, 64), 2)), leaf(data((16, 64), 3))
@@ -333,18 +334,6 @@ def test_other_tensors_are_refused_or_given_to_pytorch():
     y = nkt.RMSNorm(8, fallback=True)(x)  # float32: the library's still
     np.testing.assert_array_equal(y.detach().numpy(),
                                   nk.rms_norm(x.detach().numpy(), eps=1e-6))
-
-
-class SparseGradient(torch.autograd.Function):
-    """The identity, whose backward gives a sparse gradient."""
-
-    @staticmethod
-    def forward(ctx, t):
-        return t.clone()
-
-    @staticmethod
-    def backward(ctx, g):
-        return g.to_sparse()
 
 
 def test_sparse_gradients_are_refused():

@@ -1,36 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
-"""normkernels.torch: LayerNorm, RMSNorm and their fused residual-add forms for
-PyTorch training, on libnormkernels' forward and backward (autograd Functions).
-
-Functions (as torch.nn.functional.layer_norm): layer_norm, rms_norm, add_layer_norm and
-add_rms_norm, the last two returning (y, x + residual). Modules: LayerNorm (a
-torch.nn.LayerNorm: the same constructor arguments, parameters and state_dict),
-RMSNorm (Llama's: weight only, eps=1e-6), AddLayerNorm and AddRMSNorm, whose forward
-takes (x, residual). Gradients reach x, residual, weight and bias; the gradient of the
-returned sum (the residual stream) is added to those of x and residual. No double
-backward.
-
-The library computes in float32 on the CPU: tensors of another dtype, device or
-layout raise TypeError, unless fallback=True (a keyword of the functions, of the
-modules' constructors), which hands them to PyTorch's own operations. A module built
-for another dtype or device raises TypeError at once, unless fallback=True. x and
-residual are read where they lie when contiguous or row-strided (q of a fused QKV
-projection); other layouts are copied with .contiguous() first, as PyTorch's own CPU
-LayerNorm does. Outputs are new contiguous tensors.
-
-Importing normkernels does not import this module (nor torch): import
-normkernels.torch.
-"""
+"""LayerNorm, RMSNorm and their fused residual-add forms: the autograd Function on the
+library's forward and backward, the functions and the modules."""
 import torch
-from torch.autograd.function import once_differentiable
 
-from . import _args
-from . import _backward_call, _forward_call, _split_rows
-
-__all__ = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "LayerNorm",
-           "RMSNorm", "AddLayerNorm", "AddRMSNorm"]
-
-_F32 = torch.float32
+from .. import _args
+from .. import _backward_call, _forward_call, _split_rows
+from ._tensors import F32 as _F32
+from ._tensors import backward_once, dense, ours, refuse_unless_fallback, strided
 
 
 def _rows(t, lead_ndim, cols):
@@ -45,13 +21,6 @@ def _rows(t, lead_ndim, cols):
     return (t.contiguous(), cols) if ld is None else (t, ld)
 
 
-def _dense(p):
-    """weight or bias as the library reads it: contiguous, its values in memory."""
-    if p is None or p.is_contiguous() and not p.is_neg():
-        return p
-    return p.resolve_neg().contiguous()
-
-
 def _new(t):
     """A new contiguous float32 tensor of t's shape: empty_like takes half the time of
     torch.empty(shape, dtype=...)."""
@@ -64,7 +33,7 @@ class _RowNorm(torch.autograd.Function):
     with their addresses, and the backward trusts what the forward saved.
 
     plan: (center, eps, norm, rows, cols, ldx, ldr), ldx and ldr being the row strides
-    of x and residual."""
+    of x and residual. The backward is _gradients."""
 
     @staticmethod
     def forward(ctx, x, residual, weight, bias, plan):
@@ -92,14 +61,7 @@ class _RowNorm(torch.autograd.Function):
         ctx.plan = center, fused, norm, rows, cols, cols, mean, rstd
         return y, s
 
-    @staticmethod
-    def backward(ctx, dy, dsum=None):
-        if torch.is_grad_enabled():  # create_graph=True: no double backward
-            return _gradients_once(ctx, dy, dsum)
-        return _gradients(ctx, dy, dsum)  # once_differentiable's work, its no_grad aside
-
-
-def _gradients(ctx, dy, dsum):
+def _gradients(ctx, dy, dsum=None):
     """The gradients of _RowNorm's inputs from those of y (dy) and s (dsum). dy and
     dsum come from autograd, which gives them y's shape, dtype and device."""
     need = ctx.needs_input_grad
@@ -124,41 +86,15 @@ def _gradients(ctx, dy, dsum):
     return dx if need[0] else None, dx if need[1] else None, dgamma, dbeta, None
 
 
-_gradients_once = once_differentiable(_gradients)
+_RowNorm.backward = backward_once(_gradients)
 
 
 def _gradient(g, name, lead_ndim, cols):
-    """_rows of the gradient g of an output: strided (a custom Function may give a
-    sparse one, which PyTorch's own LayerNorm refuses too)."""
-    if g.layout is not torch.strided:
-        raise TypeError(f"normkernels.torch: the gradient {name} is a {g.layout} "
-                        "tensor; the library's backward takes strided tensors only")
-    return _rows(g, lead_ndim, cols)
+    """_rows of the gradient g of an output."""
+    return _rows(strided(g, name), lead_ndim, cols)
+
 
 _NAMES = "x", "residual", "weight", "bias"
-
-
-def _ours(function, fallback, *tensors):
-    """Whether the library takes these tensors (x, residual, weight, bias; None for
-    none): True for float32 CPU tensors; False for others with fallback, which
-    PyTorch's own op then takes."""
-    refused = None
-    for name, t in zip(_NAMES, tensors):
-        if t is None:
-            continue
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
-        if refused is None and (t.dtype is not _F32 or not t.is_cpu
-                                or t.layout is not torch.strided):
-            refused = name, t
-    if refused is None:
-        return True
-    if fallback:
-        return False
-    name, t = refused
-    raise TypeError(f"normkernels.torch.{function}: {name} is a {t.dtype} tensor on "
-                    f"{t.device} ({t.layout}); the library takes float32 CPU tensors "
-                    "only (fallback=True gives such tensors to PyTorch's own op)")
 
 
 def _shape(normalized_shape):
@@ -182,7 +118,7 @@ def _norm(function, center, x, residual, normalized_shape, weight, bias, eps,
     norm = _shape(normalized_shape)
     if residual is None and function.startswith("add_"):  # not y alone
         raise TypeError("residual must be a torch.Tensor, not NoneType")
-    if not _ours(function, fallback, x, residual, weight, bias):
+    if not ours(function, fallback, _NAMES, x, residual, weight, bias):
         s = x if residual is None else x + residual
         if center:
             y = torch.nn.functional.layer_norm(s, norm, weight, bias, eps)
@@ -197,7 +133,7 @@ def _norm(function, center, x, residual, normalized_shape, weight, bias, eps,
     x, ldx = _rows(x, len(lead), cols)
     residual, ldr = (None, cols) if residual is None else _rows(residual, len(lead),
                                                                cols)
-    return _RowNorm.apply(x, residual, _dense(weight), _dense(bias),
+    return _RowNorm.apply(x, residual, dense(weight), dense(bias),
                           (center, eps, norm, rows, cols, ldx, ldr))
 
 def _torch_rms_norm(x, norm, weight, eps):
@@ -236,12 +172,6 @@ def add_rms_norm(x, residual, normalized_shape, weight=None, eps=1e-6, *,
                  eps, fallback)
 
 
-def _refuse_unless_fallback(module):
-    """A module whose parameters the library cannot take fails at construction."""
-    if not module.fallback and module.weight is not None:
-        _ours(type(module).__name__, False, None, None, module.weight)
-
-
 class LayerNorm(torch.nn.LayerNorm):
     """torch.nn.LayerNorm on the library: the same constructor arguments (those of this
     PyTorch: normalized_shape, eps=1e-5, elementwise_affine=True, device, dtype, ...),
@@ -251,7 +181,7 @@ class LayerNorm(torch.nn.LayerNorm):
     def __init__(self, *args, fallback=False, **kwargs):
         super().__init__(*args, **kwargs)
         self.fallback = fallback
-        _refuse_unless_fallback(self)
+        refuse_unless_fallback(self)
 
     def forward(self, x):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps,
@@ -286,7 +216,7 @@ class RMSNorm(torch.nn.Module):
                 torch.ones(self.normalized_shape, device=device, dtype=dtype))
         else:
             self.register_parameter("weight", None)
-        _refuse_unless_fallback(self)
+        refuse_unless_fallback(self)
 
     def reset_parameters(self):
         if self.weight is not None:

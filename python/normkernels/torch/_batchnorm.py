@@ -1,0 +1,214 @@
+# SPDX-License-Identifier: Apache-2.0
+"""BatchNorm: the autograd Function on the library's training and inference forwards
+and their backward, F.batch_norm's function and the BatchNorm1d / 2d / 3d modules."""
+import math
+
+import torch
+import torch.nn.functional as F
+
+from .. import _NCHW, _NHWC, _args, _check, _lib
+from ._tensors import F32, address, backward_once, dense, ours, refuse_unless_fallback
+from ._tensors import strided
+
+NAMES = "input", "running_mean", "running_var", "weight", "bias"
+_CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
+def _channels_last(t):
+    """Whether t (N, C, *spatial) is dense in memory as (N, *spatial, C)."""
+    memory_format = _CHANNELS_LAST.get(t.dim())
+    if memory_format is not None:
+        return t.is_contiguous(memory_format=memory_format)
+    return t.dim() > 2 and t.movedim(1, -1).is_contiguous()
+
+
+def _layout(t):
+    """(t as the library reads it, its layout): t itself when contiguous (NCHW) or
+    channels last in memory (NHWC: torch.channels_last, channels_last_3d, or an
+    (N, C, L) view of an (N, L, C) tensor), else a contiguous copy (differentiable)."""
+    if t.is_neg():  # a negated view: its memory holds -t
+        t = t.resolve_neg()
+    if t.is_contiguous():
+        return t, _NCHW
+    if _channels_last(t):
+        return t, _NHWC
+    return t.contiguous(), _NCHW
+
+
+def gradient(g, layout):
+    """The gradient g of y in x's layout, copied there when it lies otherwise."""
+    g = strided(g, "dy")
+    if layout == _NCHW:
+        return g if g.is_contiguous() else g.contiguous()
+    if _channels_last(g):
+        return g
+    memory_format = _CHANNELS_LAST.get(g.dim())
+    if memory_format is not None:
+        return g.contiguous(memory_format=memory_format)
+    return g.movedim(1, -1).contiguous().movedim(-1, 1)
+
+
+def plan(input, running_mean, running_var, weight, bias, training, momentum, eps):
+    """(input as the library reads it, the plan of the Functions: (training, n, c,
+    spatial, layout, eps, momentum, running_mean, running_var)), every argument checked
+    as F.batch_norm checks it, for tensors that ours() took."""
+    if input.dim() < 2:
+        raise ValueError(f"input must have at least 2 dimensions (N, C, ...), not "
+                         f"{input.dim()}")
+    shape = input.shape
+    n, c, spatial = shape[0], shape[1], math.prod(shape[2:])
+    for name, t in zip(NAMES[1:], (running_mean, running_var, weight, bias)):
+        if t is not None and t.numel() != c:  # PyTorch's words
+            raise ValueError(f"{name} should contain {c} elements not {t.numel()}")
+    for name, t in zip(NAMES[1:3], (running_mean, running_var)):
+        if t is not None and (t.is_neg() or not t.is_contiguous()):
+            raise ValueError(f"{name} must be contiguous: the library reads it, and "
+                             "updates it when training, where it lies")
+    eps = _args.float32(eps, "eps")
+    if training:
+        if n * spatial == 1:  # PyTorch's words
+            raise ValueError("Expected more than 1 value per channel when training, got "
+                             f"input size {shape}")
+        momentum = 0.0 if running_mean is None else _args.float32(momentum, "momentum")
+    elif running_mean is None or running_var is None:
+        raise ValueError("running_mean and running_var are required when not training")
+    x, layout = _layout(input)
+    return x, (training, n, c, spatial, layout, eps, momentum, running_mean, running_var)
+
+
+def inference(x, mean, var, weight, bias, plan, y):
+    """y = (x - mean) / sqrt(var + eps) * weight + bias per channel (the library's
+    inference forward) of tensors as plan says they lie."""
+    _, n, c, spatial, layout, eps = plan[:6]
+    _check(_lib.nk_batchnorm_forward_inference_f32(
+        n, c, spatial, layout, x.data_ptr(), mean.data_ptr(), var.data_ptr(),
+        address(weight), address(bias), eps, y.data_ptr()))
+    return y
+
+
+class _BatchNorm(torch.autograd.Function):
+    """y of the library's training forward (the batch's statistics; running ones
+    updated in place) or inference forward (the running statistics), as plan says; the
+    backward, _gradients, from the saved x and statistics. Arguments come checked
+    (plan)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, plan):
+        training, n, c, spatial, layout, eps, momentum, running_mean, running_var = plan
+        y = torch.empty_like(x)  # x's strides: its layout
+        if training:
+            stats = torch.empty(2 * c, dtype=F32)  # save_mean, save_rstd
+            mean = stats.data_ptr()
+            _check(_lib.nk_batchnorm_forward_training_f32(
+                n, c, spatial, layout, x.data_ptr(), address(weight), address(bias), eps,
+                momentum, address(running_mean), address(running_var), y.data_ptr(),
+                mean, mean + 4 * c))
+        else:
+            inference(x, running_mean, running_var, weight, bias, plan, y)
+            stats = torch.cat((running_mean, running_var))  # as they are now
+        ctx.save_for_backward(x, weight)
+        ctx.stats = stats
+        ctx.plan = plan[:6]
+        return y
+
+
+def _gradients(ctx, dy):
+    """The gradients of _BatchNorm's inputs from that of y (dy, of y's shape)."""
+    need = ctx.needs_input_grad
+    x, weight = ctx.saved_tensors
+    training, n, c, spatial, layout, eps = ctx.plan
+    dy = gradient(dy, layout)
+    mean, second = ctx.stats[:c], ctx.stats[c:]
+    dx = torch.empty_like(x) if need[0] else None
+    if training and dx is not None:
+        # Sums over the batch: with no value the library writes nothing, and they are 0.
+        new = torch.empty if n * spatial else torch.zeros
+        dgamma = new(c, dtype=F32) if need[1] else None
+        dbeta = new(c, dtype=F32) if need[2] else None
+        _check(_lib.nk_batchnorm_backward_f32(
+            n, c, spatial, layout, x.data_ptr(), dy.data_ptr(), mean.data_ptr(),
+            second.data_ptr(), address(weight), dx.data_ptr(), address(dgamma),
+            address(dbeta)))
+        return dx, dgamma, dbeta, None
+    rstd = second if training else torch.rsqrt(second + eps)
+    if dx is not None:
+        # Inference is y = x * a + b per channel, a = weight / sqrt(var + eps): dx is
+        # dy * a, the inference forward of dy with mean 0 (so b = 0).
+        inference(dy, torch.zeros_like(mean), second, weight, None, ctx.plan, dx)
+    dgamma = dbeta = None
+    if need[1] or need[2]:  # sum dy * x_hat and sum dy: the reduce step
+        sums = torch.empty(2 * c, dtype=F32)
+        _check(_lib.nk_batchnorm_backward_reduce_f32(
+            n, c, spatial, layout, x.data_ptr(), dy.data_ptr(), mean.data_ptr(),
+            rstd.data_ptr(), sums.data_ptr(), sums[c:].data_ptr()))
+        dbeta, dgamma = sums[:c] if need[2] else None, sums[c:] if need[1] else None
+    return dx, dgamma, dbeta, None
+
+
+_BatchNorm.backward = backward_once(_gradients)
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False,
+               momentum=0.1, eps=1e-5, *, fallback=False):
+    """torch.nn.functional.batch_norm on the library (the same arguments): the batch's
+    statistics with training (running_mean / running_var, when given, updated in
+    place), the running ones without."""
+    if not ours("batch_norm", fallback, NAMES, input, running_mean, running_var, weight,
+                bias):
+        return F.batch_norm(input, running_mean, running_var, weight, bias, training,
+                            momentum, eps)
+    x, p = plan(input, running_mean, running_var, weight, bias, training, momentum, eps)
+    weight, bias = dense(weight), dense(bias)
+    if training or torch.is_grad_enabled() and (
+            x.requires_grad or weight is not None and weight.requires_grad
+            or bias is not None and bias.requires_grad):
+        return _BatchNorm.apply(x, weight, bias, p)
+    return inference(x, running_mean, running_var, weight, bias, p, torch.empty_like(x))
+
+
+def module_arguments(module):
+    """What torch.nn's BatchNorm modules pass F.batch_norm besides input and the
+    parameters: (running_mean, running_var, training, momentum), a training batch
+    counted in num_batches_tracked (momentum=None: 1 / the count), as they do."""
+    momentum = 0.0 if module.momentum is None else module.momentum
+    if (module.training and module.track_running_stats
+            and module.num_batches_tracked is not None):
+        module.num_batches_tracked.add_(1)
+        if module.momentum is None:  # a cumulative average
+            momentum = 1.0 / float(module.num_batches_tracked)
+    training = module.training or (module.running_mean is None
+                                   and module.running_var is None)
+    tracked = not module.training or module.track_running_stats
+    return (module.running_mean if tracked else None,
+            module.running_var if tracked else None, training, momentum)
+
+
+class Module:
+    """What the library's BatchNorm modules add to PyTorch's (a base before theirs):
+    fallback, and a forward on batch_norm."""
+
+    def __init__(self, *args, fallback=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fallback = fallback
+        refuse_unless_fallback(self, ("weight", "running_mean"))
+
+    def forward(self, input):
+        self._check_input_dim(input)
+        running_mean, running_var, training, momentum = module_arguments(self)
+        return batch_norm(input, running_mean, running_var, self.weight, self.bias,
+                          training, momentum, self.eps, fallback=self.fallback)
+
+    def extra_repr(self):
+        return super().extra_repr() + (", fallback=True" if self.fallback else "")
+
+
+class BatchNorm1d(Module, torch.nn.BatchNorm1d):
+    """torch.nn.BatchNorm1d on the library: (N, C) or (N, C, L) input."""
+
+
+class BatchNorm2d(Module, torch.nn.BatchNorm2d):
+    """torch.nn.BatchNorm2d on the library: (N, C, H, W) input."""
+
+
+class BatchNorm3d(Module, torch.nn.BatchNorm3d):
+    """torch.nn.BatchNorm3d on the library: (N, C, D, H, W) input."""
