@@ -374,8 +374,9 @@ NK_API nk_status nk_batchnorm_backward_reduce_f32(size_t n, size_t c, size_t spa
 /* dx of the shard from the sums over every shard and total_count, the values per
    channel over every shard: dx = gamma * rstd * (dy - sum_dy / total_count - x_hat *
    sum_dy_xhat / total_count), gamma [c] or NULL (ones). total_count below this shard's
-   n * spatial is NK_ERR_INVALID_SHAPE. dx may be dy exactly. With one shard, reduce
-   then apply gives the bits of nk_batchnorm_backward_f32. */
+   n * spatial is NK_ERR_INVALID_SHAPE whatever c is (a shape check, before the empty
+   no-op). dx may be dy exactly. With one shard, reduce then apply gives the bits of
+   nk_batchnorm_backward_f32. */
 NK_API nk_status nk_batchnorm_backward_apply_f32(size_t n, size_t c, size_t spatial,
                                                  nk_layout layout, const float* x,
                                                  const float* dy, const float* mean,

@@ -378,6 +378,10 @@ TEST(BatchNormApi, BackwardApplyRules) {
               "overflow");
   ExpectError(call(2, 3, 0, x, dy, mean, rstd, 7, s, sx, dx), NK_ERR_INVALID_SHAPE, f,
               "total_count is 7");
+  // Checked with the shapes, before the c == 0 no-op (as training's n * spatial == 1).
+  ExpectError(call(2, 0, 0, nullptr, nullptr, nullptr, nullptr, 7, nullptr, nullptr,
+                   nullptr),
+              NK_ERR_INVALID_SHAPE, f, "total_count is 7");
   ExpectError(call(2, 3, 0, nullptr, dy, mean, rstd, 8, s, sx, dx), NK_ERR_NULL_POINTER, f,
               "x is NULL");
   ExpectError(call(2, 3, 0, x, dy, mean, rstd, 8, nullptr, sx, dx), NK_ERR_NULL_POINTER, f,

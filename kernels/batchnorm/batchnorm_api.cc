@@ -275,7 +275,7 @@ nk_status nk_batchnorm_backward_apply_f32(size_t n, size_t c, size_t spatial,
   size_t per_channel = 0, elements = 0;
   v.Layout(layout);
   nk::Shape(v, n, c, spatial, &per_channel, &elements)
-      .Require(elements == 0 || total_count >= per_channel, NK_ERR_INVALID_SHAPE,
+      .Require(total_count >= per_channel, NK_ERR_INVALID_SHAPE,
                "total_count is %llu, fewer than this shard's n * spatial (%zu)",
                static_cast<unsigned long long>(total_count), per_channel);
   if (v.failed()) return v.status();

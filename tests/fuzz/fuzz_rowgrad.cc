@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -30,6 +29,7 @@ namespace {
 
 [[noreturn]] void Fail(const char* what) { nk_fuzz::Fail("fuzz_rowgrad", what); }
 
+using nk_fuzz::Filler;
 using nk_fuzz::Value;
 
 // The arguments: row-major tensors (x is the fused forms' sum) with a row stride each,
@@ -160,29 +160,6 @@ nk_status Invoke(const Call& c, float* arena) {
           in(kGamma), out(kDx), ld[kDx], out(kDgamma));
   }
 }
-
-// The values of one argument: fuzzed one by one (every edge case, costly in bytes), or,
-// 3 times in 4, moderate ones from a fuzzed seed with fuzzed ones planted at a fuzzed
-// rate (long rows of finite values from a few bytes).
-class Filler {
- public:
-  explicit Filler(FuzzedDataProvider& p)
-      : p_(p), seeded_(p.ConsumeIntegralInRange<int>(0, 3) != 0),
-        plant_(p.ConsumeIntegralInRange<int>(0, 3)),
-        rng_(p.ConsumeIntegral<uint32_t>()) {}
-  float Next() {
-    if (!seeded_) return Value(p_);
-    const uint32_t bits = static_cast<uint32_t>(rng_());
-    if (plant_ != 0 && bits % (1u << (10 - 3 * plant_)) == 0) return Value(p_);
-    return static_cast<float>(bits >> 8) * 0x1p-21f - 4.0f;  // [-4, 4)
-  }
-
- private:
-  FuzzedDataProvider& p_;
-  bool seeded_;
-  int plant_;  // planted fuzzed values: none, 1/128, 1/16, 1/2
-  std::minstd_rand rng_;
-};
 
 // Whether the bound is meaningful on a row: it counts roundings, not overflow and
 // underflow. Every value the kernel forms stays below FLT_MAX / 16 (with room for its

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // fuzz_util.h: what the libFuzzer targets share: failing loudly, fuzzed values with
-// the edge cases of fp32, and the ISA / thread choice.
+// the edge cases of fp32 (one by one, or long runs from a seed), and the ISA / thread
+// choice.
 #ifndef NK_TESTS_FUZZ_FUZZ_UTIL_H_
 #define NK_TESTS_FUZZ_FUZZ_UTIL_H_
 
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 
 #include "normkernels.h"
 
@@ -30,6 +33,29 @@ inline float Value(FuzzedDataProvider& p) {
     default: return p.ConsumeFloatingPointInRange<float>(-8.0f, 8.0f);
   }
 }
+
+// The values of one argument: fuzzed one by one (every edge case, costly in bytes), or,
+// 3 times in 4, moderate ones from a fuzzed seed with fuzzed ones planted at a fuzzed
+// rate (long rows of finite values from a few bytes).
+class Filler {
+ public:
+  explicit Filler(FuzzedDataProvider& p)
+      : p_(p), seeded_(p.ConsumeIntegralInRange<int>(0, 3) != 0),
+        plant_(p.ConsumeIntegralInRange<int>(0, 3)),
+        rng_(p.ConsumeIntegral<uint32_t>()) {}
+  float Next() {
+    if (!seeded_) return Value(p_);
+    const uint32_t bits = static_cast<uint32_t>(rng_());
+    if (plant_ != 0 && bits % (1u << (10 - 3 * plant_)) == 0) return Value(p_);
+    return static_cast<float>(bits >> 8) * 0x1p-21f - 4.0f;  // [-4, 4)
+  }
+
+ private:
+  FuzzedDataProvider& p_;
+  bool seeded_;
+  int plant_;  // planted fuzzed values: none, 1/128, 1/16, 1/2
+  std::minstd_rand rng_;
+};
 
 // One of the ISAs this CPU runs, and 1 to 3 threads.
 inline void SelectIsaAndThreads(FuzzedDataProvider& p, const char* fuzzer) {
