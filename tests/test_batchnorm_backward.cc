@@ -155,6 +155,25 @@ TEST_P(BatchNormBackwardTest, IllConditionedAndSortedRamp) {
   }
 }
 
+TEST_P(BatchNormBackwardTest, HugeAndTinyValues) {
+  // |x| ~ 1e25 (rstd ~ 1e-25) and ~ 1e-25 with eps 0 (rstd ~ 1e25): x_hat is formed
+  // per element; a folded rstd^2 factor under- or overflows fp32 there.
+  for (nk_layout layout : kLayouts) {
+    for (float scale : {1e25f, 1e-25f}) {
+      BnGradCase k;
+      k.layout = layout;
+      k.n = 3;
+      k.c = 5;
+      k.spatial = 37;
+      k.eps = scale < 1.0f ? 0.0f : 1e-5f;
+      k.fill = [scale](Buffer& x, Buffer&) {
+        for (size_t i = 0; i < x.size(); ++i) x[i] *= scale;
+      };
+      CheckBnGradCase(k);
+    }
+  }
+}
+
 TEST_P(BatchNormBackwardTest, LargeTensorsStream) {
   // x, dy and dx past 32 MiB together: lines asked for ahead, dx streamed, at a
   // line's offset and NumPy's 16 bytes past it.

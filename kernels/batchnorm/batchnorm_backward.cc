@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // batchnorm_backward.cc: BatchNorm's backward op layer. Each channel's two sums (dy,
-// dy * (x - mean)) come from pieces fixed by the shape alone, added in a fixed
+// dy * x_hat) come from pieces fixed by the shape alone, added in a fixed
 // pairwise tree, so the bits do not depend on the thread count; then dx by the
 // channel's map (SpanGrad), the same for every element whoever computes it.
 //
@@ -30,21 +30,15 @@ nk_status OutOfMemory(const BatchNormGradJob& job) {
                   job.function);
 }
 
-// The channel's map from its sums over every shard (sum_dy_xhat: of dy * x_hat), in
-// double: k_dy = gamma * rstd, k_c = -k_dy * sum_dy / m, k_x = k_dy * rstd *
-// sum_dy_xhat / m.
+// The channel's map from its sums over every shard (of dy and of dy * x_hat), each
+// factor computed in double and rounded once.
 SpanGrad GradMap(const BatchNormGradJob& job, size_t ci, float sum_dy,
                  float sum_dy_xhat) {
-  const double r = job.rstd[ci];
-  const double k_dy = (job.gamma != nullptr ? job.gamma[ci] : 1.0) * r;
   const double m = job.total_count;
-  return {job.mean[ci], static_cast<float>(k_dy), static_cast<float>(-k_dy * sum_dy / m),
-          static_cast<float>(k_dy * r * sum_dy_xhat / m)};
-}
-
-// sum of dy * x_hat from the kernels' sum of dy * (x - mean): one rounding.
-float TimesRstd(const BatchNormGradJob& job, size_t ci, float sum_dy_xc) {
-  return static_cast<float>(static_cast<double>(job.rstd[ci]) * sum_dy_xc);
+  const double gamma = job.gamma != nullptr ? job.gamma[ci] : 1.0;
+  return {job.mean[ci], job.rstd[ci], static_cast<float>(sum_dy / m),
+          static_cast<float>(sum_dy_xhat / m),
+          static_cast<float>(gamma * static_cast<double>(job.rstd[ci]))};
 }
 
 struct Context {
@@ -82,7 +76,7 @@ class GradPlanes {
     const size_t at = (first * job_.c + ci) * job_.spatial + offset;
     return ctx_.k.planes_grad_sums(job_.x + at, job_.dy + at, planes,
                                    job_.c * job_.spatial, len, job_.mean[ci],
-                                   ctx_.from_memory);
+                                   job_.rstd[ci], ctx_.from_memory);
   }
 
   GradSums ChannelSums(size_t ci) const {
@@ -206,7 +200,7 @@ class GradColumns {
       if (sums_ == nullptr || scratch_ == nullptr) return false;
     }
     if (apply) {
-      maps_ = maps_ws_.Get(4 * c);
+      maps_ = maps_ws_.Get(5 * c);
       if (maps_ == nullptr) return false;
     }
     return true;
@@ -220,7 +214,8 @@ class GradColumns {
     for (size_t ch = PartBegin(rows_.chunks(), t, parts); ch < end; ++ch) {
       const size_t at = ch * rows_.chunk_rows() * c;
       ctx_.k.column_grad_sums(job_.x + at, job_.dy + at, rows_.RowsIn(ch, ch + 1), c,
-                              job_.mean, ctx_.from_memory, own, SumDy(ch), SumDyXc(ch));
+                              job_.mean, job_.rstd, ctx_.from_memory, own, SumDy(ch),
+                              SumDyXhat(ch));
     }
   }
 
@@ -230,20 +225,21 @@ class GradColumns {
     rows_.MergePairwise([&](size_t a, size_t b, size_t, size_t) {
       for (size_t ci = c0; ci < c1; ++ci) {
         SumDy(a)[ci] += SumDy(b)[ci];
-        SumDyXc(a)[ci] += SumDyXc(b)[ci];
+        SumDyXhat(a)[ci] += SumDyXhat(b)[ci];
       }
     });
   }
 
   // Once merged: channel ci's sums.
-  GradSums Sums(size_t ci) { return {SumDy(0)[ci], SumDyXc(0)[ci]}; }
+  GradSums Sums(size_t ci) { return {SumDy(0)[ci], SumDyXhat(0)[ci]}; }
 
   void SetMap(size_t ci, const SpanGrad& g) {
     const size_t c = job_.c;
     maps_[ci] = g.mean;
-    maps_[c + ci] = g.k_dy;
-    maps_[2 * c + ci] = g.k_c;
-    maps_[3 * c + ci] = g.k_x;
+    maps_[c + ci] = g.rstd;
+    maps_[2 * c + ci] = g.mean_dy;
+    maps_[3 * c + ci] = g.mean_dy_xhat;
+    maps_[4 * c + ci] = g.k;
   }
 
   // Once every channel's map is set: part t of the rows mapped (ColumnRows::Part).
@@ -252,16 +248,17 @@ class GradColumns {
     size_t r0, r1;
     rows_.Part(t, parts, &r0, &r1);
     if (r1 > r0) {
-      ctx_.k.column_grad_apply(job_.x + r0 * c, job_.dy + r0 * c, r1 - r0, c,
-                               ColumnGrad{maps_, maps_ + c, maps_ + 2 * c, maps_ + 3 * c},
-                               ctx_.stream, job_.dx + r0 * c);
+      ctx_.k.column_grad_apply(
+          job_.x + r0 * c, job_.dy + r0 * c, r1 - r0, c,
+          ColumnGrad{maps_, maps_ + c, maps_ + 2 * c, maps_ + 3 * c, maps_ + 4 * c},
+          ctx_.stream, job_.dx + r0 * c);
     }
     if (ctx_.stream) hwy::FlushStream();
   }
 
  private:
   float* SumDy(size_t chunk) { return sums_ + 2 * chunk * job_.c; }
-  float* SumDyXc(size_t chunk) { return sums_ + (2 * chunk + 1) * job_.c; }
+  float* SumDyXhat(size_t chunk) { return sums_ + (2 * chunk + 1) * job_.c; }
 
   const Context& ctx_;
   const BatchNormGradJob& job_;
@@ -272,7 +269,7 @@ class GradColumns {
   Workspace<float, struct ColumnGradMapsTag> maps_ws_;
   float* sums_ = nullptr;  // per chunk: sum_dy[c], then sum_dy_xc[c]
   float* scratch_ = nullptr;
-  float* maps_ = nullptr;  // mean, k_dy, k_c, k_x: c each
+  float* maps_ = nullptr;  // mean, rstd, mean_dy, mean_dy_xhat, k: c each
 };
 
 // One NHWC call in one region: the sums (`measure`), after a barrier their merge and
@@ -305,7 +302,7 @@ nk_status BatchNormBackward(const BatchNormGradJob& job, float* dgamma, float* d
   const Context ctx = ContextFor(job, 3);
   // The channel's sums as the outputs and the map; SpanGrad is set where dx needs it.
   const auto finish = [&](size_t ci, const GradSums& s) {
-    const float sum_dy_xhat = TimesRstd(job, ci, s.a_xhat);
+    const float sum_dy_xhat = s.a_xhat;
     if (dgamma != nullptr) dgamma[ci] = sum_dy_xhat;
     if (dbeta != nullptr) dbeta[ci] = s.a;
     return GradMap(job, ci, s.a, sum_dy_xhat);
@@ -327,7 +324,7 @@ nk_status BatchNormBackwardReduce(const BatchNormGradJob& job, float* sum_dy,
   const Context ctx = ContextFor(job, 2);
   const auto finish = [&](size_t ci, const GradSums& s) {
     sum_dy[ci] = s.a;
-    sum_dy_xhat[ci] = TimesRstd(job, ci, s.a_xhat);
+    sum_dy_xhat[ci] = s.a_xhat;
   };
   if (job.channels_last) {
     return RunColumns(ctx, job, true, false, [&](GradColumns& columns, size_t ci) {

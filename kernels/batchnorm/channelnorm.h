@@ -32,18 +32,20 @@ struct ColumnAffine {
   const float* add;
 };
 
-// The backward's map of a channel: dx = dy * k_dy + k_c - (x - mean) * k_x, with
-// k_dy = gamma * rstd, k_c = -k_dy * mean(dy), k_x = k_dy * rstd * mean(dy * x_hat).
+// The backward's map of a channel, with x_hat = (x - mean) * rstd formed per element
+// (a folded rstd^2 factor underflows fp32 where x_hat does not, |x| ~ 1e25):
+//   dx = (dy - mean_dy - x_hat * mean_dy_xhat) * k,  k = gamma * rstd.
 struct SpanGrad {
-  float mean, k_dy, k_c, k_x;
+  float mean, rstd, mean_dy, mean_dy_xhat, k;
 };
 
 // The same per column of a [rows][c] matrix: arrays of c values.
 struct ColumnGrad {
   const float* mean;
-  const float* k_dy;
-  const float* k_c;
-  const float* k_x;
+  const float* rstd;
+  const float* mean_dy;
+  const float* mean_dy_xhat;
+  const float* k;
 };
 
 // Rows per chunk of an NHWC tensor with c channels: the fixed partition whose
@@ -136,19 +138,21 @@ struct ChannelNormKernels {
   Moments (*strided_moments)(const float* x, size_t stride, size_t n, float scale);
   float (*strided_max_abs)(const float* x, size_t stride, size_t n);
 
-  // Backward. GradSums {sum of dy, sum of dy * (x - mean)} over `planes` runs of `len`
+  // Backward. GradSums {sum of dy, sum of dy * x_hat} over `planes` runs of `len`
   // elements, `stride` apart, of x and dy (a channel's planes of NCHW, or a chunk of
   // each). from_memory: the lines are asked for ahead, the next run's included.
   GradSums (*planes_grad_sums)(const float* x, const float* dy, size_t planes,
-                               size_t stride, size_t len, float mean, bool from_memory);
+                               size_t stride, size_t len, float mean, float rstd,
+                               bool from_memory);
   // dx of a span by the channel's map; dx may be dy. `stream` as span_apply's.
   void (*span_grad_apply)(const float* x, const float* dy, size_t n, const SpanGrad& g,
                           bool stream, float* dx);
-  // Per-column sums of dy and dy * (x - mean[j]) of [rows][c] matrices into sum_dy[c],
-  // sum_dy_xc[c]; scratch: ColumnScratchFloats(rows, c) floats.
+  // Per-column sums of dy and dy * x_hat (x_hat = (x - mean[j]) * rstd[j]) of
+  // [rows][c] matrices into sum_dy[c], sum_dy_xhat[c]; scratch:
+  // ColumnScratchFloats(rows, c) floats.
   void (*column_grad_sums)(const float* x, const float* dy, size_t rows, size_t c,
-                           const float* mean, bool from_memory, float* scratch,
-                           float* sum_dy, float* sum_dy_xc);
+                           const float* mean, const float* rstd, bool from_memory,
+                           float* scratch, float* sum_dy, float* sum_dy_xhat);
   // dx per column of [rows][c] matrices by the columns' maps; dx may be dy.
   void (*column_grad_apply)(const float* x, const float* dy, size_t rows, size_t c,
                             const ColumnGrad& g, bool stream, float* dx);

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // channelnorm_backward-inl.h: BatchNorm's backward per target. A channel's two
-// sums, of dy and of dy * (x - mean), as pairwise trees of per-lane block sums
-// (the bound of design.md), then its dx by one map per channel:
+// sums, of dy and of dy * x_hat, as pairwise trees of per-lane block sums (the bound
+// of design.md), then its dx by one map per channel (SpanGrad):
 //   dx = gamma * rstd * (dy - mean(dy) - x_hat * mean(dy * x_hat))
-//      = dy * k_dy + k_c - (x - mean) * k_x                          (SpanGrad)
 // NCHW reads a channel as runs of contiguous planes; NHWC puts channels in
 // lanes, as the forward's columns (channelnorm-inl.h), narrow rows widened to
 // whole vectors.
@@ -32,13 +31,14 @@ namespace hn = hwy::HWY_NAMESPACE;
 // (NCHW)
 
 GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t stride,
-                        size_t len, float mean, bool from_memory) {
+                        size_t len, float mean, float rstd, bool from_memory) {
   const hn::ScalableTag<float> d;
   const hn::CappedTag<float, 1> d1;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
   const size_t block = kBlockVectors * N;
   const V vmean = hn::Set(d, mean);
+  const V vrstd = hn::Set(d, rstd);
   // The lines of elements [i, i + n) of plane p, kReadAheadBytes further on in
   // the planes' sequence: the next plane's first lines near the end of one.
   const auto ask_ahead = [&](size_t p, size_t i, size_t n) {
@@ -64,8 +64,8 @@ GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t s
       for (size_t k = 0; k < kBlockVectors; ++k) {
         const V g = hn::LoadU(d, dp + i + k * N);
         sa[k & 1] = hn::Add(sa[k & 1], g);
-        sb[k & 1] =
-            hn::MulAdd(g, hn::Sub(hn::LoadU(d, xp + i + k * N), vmean), sb[k & 1]);
+        sb[k & 1] = hn::MulAdd(
+            g, hn::Mul(hn::Sub(hn::LoadU(d, xp + i + k * N), vmean), vrstd), sb[k & 1]);
       }
       tree.Add(d, hn::Add(sa[0], sa[1]), hn::Add(sb[0], sb[1]));
     }
@@ -75,7 +75,7 @@ GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t s
       for (; i + N <= len; i += N) {
         const V g = hn::LoadU(d, dp + i);
         sa = hn::Add(sa, g);
-        sb = hn::MulAdd(g, hn::Sub(hn::LoadU(d, xp + i), vmean), sb);
+        sb = hn::MulAdd(g, hn::Mul(hn::Sub(hn::LoadU(d, xp + i), vmean), vrstd), sb);
       }
       tree.Add(d, sa, sb);
     }
@@ -84,7 +84,9 @@ GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t s
       for (; i < len; ++i) {
         const auto g = hn::LoadU(d1, dp + i);
         sa = hn::Add(sa, g);
-        sb = hn::MulAdd(g, hn::Sub(hn::LoadU(d1, xp + i), hn::Set(d1, mean)), sb);
+        const auto xhat =
+            hn::Mul(hn::Sub(hn::LoadU(d1, xp + i), hn::Set(d1, mean)), hn::Set(d1, rstd));
+        sb = hn::MulAdd(g, xhat, sb);
       }
       tails.Add(d1, sa, sb);
     }
@@ -97,10 +99,10 @@ GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t s
 void SpanGradApply(const float* x, const float* dy, size_t n, const SpanGrad& g,
                    bool stream, float* dx) {
   StoreSpan(n, stream, dx, [&](auto d, size_t i) HWY_ATTR {
-    const auto t =
-        hn::MulAdd(hn::LoadU(d, dy + i), hn::Set(d, g.k_dy), hn::Set(d, g.k_c));
-    return hn::NegMulAdd(hn::Sub(hn::LoadU(d, x + i), hn::Set(d, g.mean)),
-                         hn::Set(d, g.k_x), t);
+    const auto xhat =
+        hn::Mul(hn::Sub(hn::LoadU(d, x + i), hn::Set(d, g.mean)), hn::Set(d, g.rstd));
+    const auto t = hn::Sub(hn::LoadU(d, dy + i), hn::Set(d, g.mean_dy));
+    return hn::Mul(hn::NegMulAdd(xhat, hn::Set(d, g.mean_dy_xhat), t), hn::Set(d, g.k));
   });
 }
 
@@ -110,8 +112,8 @@ void SpanGradApply(const float* x, const float* dy, size_t n, const SpanGrad& g,
 // Per-column sums of [rows][c] by blocks of kBlockVectors rows (two chains per
 // lane) in a pairwise tree per column; scratch holds the tree's levels.
 void ColumnGradSumsTree(const float* x, const float* dy, size_t rows, size_t c,
-                        const float* mean, bool from_memory, float* scratch,
-                        float* sum_dy, float* sum_dy_xc) {
+                        const float* mean, const float* rstd, bool from_memory,
+                        float* scratch, float* sum_dy, float* sum_dy_xhat) {
   constexpr size_t K = kBlockVectors;
   const size_t levels = ColumnLevels(rows);
   float* level_a = scratch;
@@ -123,12 +125,13 @@ void ColumnGradSumsTree(const float* x, const float* dy, size_t rows, size_t c,
                              auto& b) HWY_ATTR {
     using VV = hn::Vec<decltype(d)>;
     const VV m = hn::LoadU(d, mean + j);
+    const VV rs = hn::LoadU(d, rstd + j);
     VV sa[2] = {hn::Zero(d), hn::Zero(d)}, sb[2] = {hn::Zero(d), hn::Zero(d)};
     for (size_t r = 0; r < k; ++r) {
       const size_t at = (r0 + r) * c + j;
       const VV g = hn::LoadU(d, dy + at);
       sa[r & 1] = hn::Add(sa[r & 1], g);
-      sb[r & 1] = hn::MulAdd(g, hn::Sub(hn::LoadU(d, x + at), m), sb[r & 1]);
+      sb[r & 1] = hn::MulAdd(g, hn::Mul(hn::Sub(hn::LoadU(d, x + at), m), rs), sb[r & 1]);
     }
     a = hn::Add(sa[0], sa[1]);
     b = hn::Add(sb[0], sb[1]);
@@ -155,16 +158,17 @@ void ColumnGradSumsTree(const float* x, const float* dy, size_t rows, size_t c,
       b = hn::Add(b, rb);
     }
     hn::StoreU(a, d, sum_dy + j);
-    hn::StoreU(b, d, sum_dy_xc + j);
+    hn::StoreU(b, d, sum_dy_xhat + j);
   });
 }
 
 void ColumnGradSums(const float* x, const float* dy, size_t rows, size_t c,
-                    const float* mean, bool from_memory, float* scratch, float* sum_dy,
-                    float* sum_dy_xc) {
+                    const float* mean, const float* rstd, bool from_memory,
+                    float* scratch, float* sum_dy, float* sum_dy_xhat) {
   const size_t k = ColumnPeriodRows(c);
   if (k == 1 || rows < k) {
-    ColumnGradSumsTree(x, dy, rows, c, mean, from_memory, scratch, sum_dy, sum_dy_xc);
+    ColumnGradSumsTree(x, dy, rows, c, mean, rstd, from_memory, scratch, sum_dy,
+                       sum_dy_xhat);
     return;
   }
   // Narrow rows: sums of rows / k wide rows of k * c columns (the means
@@ -173,10 +177,15 @@ void ColumnGradSums(const float* x, const float* dy, size_t rows, size_t c,
   const size_t width = k * c;
   const size_t wide_rows = rows / k;
   HWY_ALIGN float wide_mean[kMaxColumnPeriod];
+  HWY_ALIGN float wide_rstd[kMaxColumnPeriod];
   HWY_ALIGN float a[kMaxColumnPeriod];
   HWY_ALIGN float b[kMaxColumnPeriod];
-  for (size_t j = 0; j < width; ++j) wide_mean[j] = mean[j % c];
-  ColumnGradSumsTree(x, dy, wide_rows, width, wide_mean, from_memory, scratch, a, b);
+  for (size_t j = 0; j < width; ++j) {
+    wide_mean[j] = mean[j % c];
+    wide_rstd[j] = rstd[j % c];
+  }
+  ColumnGradSumsTree(x, dy, wide_rows, width, wide_mean, wide_rstd, from_memory, scratch,
+                     a, b);
   for (size_t half = width / 2; half >= c; half /= 2) {
     ForEachColumnGroup(half, [&](auto d, size_t j) HWY_ATTR {
       hn::StoreU(hn::Add(hn::LoadU(d, a + j), hn::LoadU(d, a + half + j)), d, a + j);
@@ -187,7 +196,7 @@ void ColumnGradSums(const float* x, const float* dy, size_t rows, size_t c,
   if (rest != 0) {
     HWY_ALIGN float ra[kMaxColumnPeriod];
     HWY_ALIGN float rb[kMaxColumnPeriod];
-    ColumnGradSumsTree(x + wide_rows * width, dy + wide_rows * width, rest, c, mean,
+    ColumnGradSumsTree(x + wide_rows * width, dy + wide_rows * width, rest, c, mean, rstd,
                        from_memory, scratch, ra, rb);
     for (size_t j = 0; j < c; ++j) {
       a[j] += ra[j];
@@ -196,7 +205,7 @@ void ColumnGradSums(const float* x, const float* dy, size_t rows, size_t c,
   }
   for (size_t j = 0; j < c; ++j) {
     sum_dy[j] = a[j];
-    sum_dy_xc[j] = b[j];
+    sum_dy_xhat[j] = b[j];
   }
 }
 
@@ -205,10 +214,11 @@ void ColumnGradSums(const float* x, const float* dy, size_t rows, size_t c,
 void GradColumnRows(const float* x, const float* dy, size_t rows, size_t c,
                     const ColumnGrad& g, bool stream, float* dx) {
   const auto value = [&](auto d, size_t i, size_t j) HWY_ATTR {
-    const auto t = hn::MulAdd(hn::LoadU(d, dy + i), hn::LoadU(d, g.k_dy + j),
-                              hn::LoadU(d, g.k_c + j));
-    return hn::NegMulAdd(hn::Sub(hn::LoadU(d, x + i), hn::LoadU(d, g.mean + j)),
-                         hn::LoadU(d, g.k_x + j), t);
+    const auto xhat = hn::Mul(hn::Sub(hn::LoadU(d, x + i), hn::LoadU(d, g.mean + j)),
+                              hn::LoadU(d, g.rstd + j));
+    const auto t = hn::Sub(hn::LoadU(d, dy + i), hn::LoadU(d, g.mean_dy + j));
+    return hn::Mul(hn::NegMulAdd(xhat, hn::LoadU(d, g.mean_dy_xhat + j), t),
+                   hn::LoadU(d, g.k + j));
   };
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
@@ -237,12 +247,12 @@ void GradColumnRows(const float* x, const float* dy, size_t rows, size_t c,
 HWY_INLINE void GradColumnRowsFromLine(const float* x, const float* dy, size_t rows,
                                        size_t c, const ColumnGrad& g, bool stream,
                                        float* dx) {
-  const float* arrays[4] = {g.mean, g.k_dy, g.k_c, g.k_x};
+  const float* arrays[5] = {g.mean, g.rstd, g.mean_dy, g.mean_dy_xhat, g.k};
   MapRowsFromLine(
       arrays, rows, c, stream, dx,
-      [&](size_t at, size_t n, size_t width, const float* const(&p)[4], bool streamed) {
-        GradColumnRows(x + at, dy + at, n, width, ColumnGrad{p[0], p[1], p[2], p[3]},
-                       streamed, dx + at);
+      [&](size_t at, size_t n, size_t width, const float* const(&p)[5], bool streamed) {
+        GradColumnRows(x + at, dy + at, n, width,
+                       ColumnGrad{p[0], p[1], p[2], p[3], p[4]}, streamed, dx + at);
       });
 }
 
@@ -253,14 +263,15 @@ void ColumnGradApply(const float* x, const float* dy, size_t rows, size_t c,
   // Narrow rows: the maps repeated k times, so k rows are one row of whole
   // vectors.
   const size_t width = k * c;
-  HWY_ALIGN float wide[4][kMaxColumnPeriod];
-  const float* in[4] = {g.mean, g.k_dy, g.k_c, g.k_x};
-  for (size_t p = 0; p < 4; ++p) {
+  HWY_ALIGN float wide[5][kMaxColumnPeriod];
+  const float* in[5] = {g.mean, g.rstd, g.mean_dy, g.mean_dy_xhat, g.k};
+  for (size_t p = 0; p < 5; ++p) {
     for (size_t j = 0; j < width; ++j) wide[p][j] = in[p][j % c];
   }
   const size_t wide_rows = rows / k;
   GradColumnRowsFromLine(x, dy, wide_rows, width,
-                         ColumnGrad{wide[0], wide[1], wide[2], wide[3]}, stream, dx);
+                         ColumnGrad{wide[0], wide[1], wide[2], wide[3], wide[4]}, stream,
+                         dx);
   const size_t done = wide_rows * width;
   GradColumnRowsFromLine(x + done, dy + done, rows - wide_rows * k, c, g, stream,
                          dx + done);

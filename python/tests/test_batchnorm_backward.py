@@ -120,7 +120,11 @@ def test_empty_batch_gives_zero_parameter_gradients(shape, channels_last):
     np.testing.assert_array_equal(dbeta, np.zeros(c, np.float32))
     for s in nk.batch_norm_backward_reduce(x, x, *stats, channels_last):
         np.testing.assert_array_equal(s, np.zeros(c, np.float32))
-    assert nk.batch_norm_backward_apply(x, x, *stats, 0, *stats,
+    # The values per channel (nonzero for no channel: c-abi.md checks the count
+    # against n * spatial before the empty no-op).
+    axis = len(shape) - 1 if channels_last else 1
+    count = int(np.prod([d for i, d in enumerate(shape) if i != axis]))
+    assert nk.batch_norm_backward_apply(x, x, *stats, count, *stats,
                                         channels_last=channels_last).shape == shape
 
 
