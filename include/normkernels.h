@@ -384,6 +384,49 @@ NK_API nk_status nk_batchnorm_backward_apply_f32(size_t n, size_t c, size_t spat
                                                  uint64_t total_count, const float* sum_dy,
                                                  const float* sum_dy_xhat, float* dx);
 
+/* ---------------------------------------------------------------- GroupNorm
+
+   GroupNorm and InstanceNorm of x [n][c][spatial] (NCHW) or [n][spatial][c] (NHWC):
+   the c channels of a sample fall into `groups` groups of cg = c / groups consecutive
+   channels; each (sample, group) is one set of m = cg * spatial values with its own
+   statistics, and gamma, beta are per channel. InstanceNorm is groups == c, LayerNorm
+   over (c, spatial) with a per-channel affine is groups == 1. groups == 0, or groups
+   not dividing c, is NK_ERR_INVALID_SHAPE (a shape check, after eps), with a message
+   naming both numbers. c == 0 or n * spatial == 0 is an empty no-op. Statistics are
+   Welford/Chan over pieces fixed by the shape, merged in a fixed tree: the same bits
+   for any thread count. */
+
+/* Forward, as torch.nn.functional.group_norm (F.instance_norm without running
+   statistics is groups == c): per set, mean = sum(x) / m, var = sum((x - mean)^2) / m
+   (biased), rstd = 1/sqrt(var + eps),
+     y = (x - mean) * (rstd * gamma[ch]) + beta[ch]
+   gamma, beta: [c] or NULL (ones, zeros). mean, rstd: [n * groups] (sample-major, as
+   torch.native_group_norm returns them) or NULL. y may be x. A set of one value
+   (m == 1) is valid, as in F.group_norm: var 0, y == beta with eps > 0; a constant
+   set gives y == beta exactly. */
+NK_API nk_status nk_groupnorm_forward_f32(size_t n, size_t c, size_t spatial,
+                                          size_t groups, nk_layout layout,
+                                          const float* x, const float* gamma,
+                                          const float* beta, float eps, float* y,
+                                          float* mean, float* rstd);
+
+/* Backward of the forward, as torch.nn.GroupNorm's autograd gives: per set, with
+   x_hat = (x - mean) * rstd recomputed from x (mean, rstd [n * groups] as the forward
+   returned them, taken as exact) and a = gamma[ch] * dy,
+     dx = rstd * (a - sum(a) / m - x_hat * sum(a * x_hat) / m),
+   and per channel over the n samples and spatial positions
+     dgamma = sum dy * x_hat,  dbeta = sum dy.
+   gamma: [c] or NULL (ones); dgamma, dbeta: [c] or NULL (not wanted), overwritten.
+   dx may be dy exactly (in place); nothing else may overlap an output. The sums are
+   pairwise trees over pieces fixed by the shape: the same bits for any thread count.
+   An empty tensor is a no-op (dgamma, dbeta not written). */
+NK_API nk_status nk_groupnorm_backward_f32(size_t n, size_t c, size_t spatial,
+                                           size_t groups, nk_layout layout,
+                                           const float* x, const float* dy,
+                                           const float* mean, const float* rstd,
+                                           const float* gamma, float* dx, float* dgamma,
+                                           float* dbeta);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
