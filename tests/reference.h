@@ -96,6 +96,23 @@ inline bool MeetsStat(float got, long double want, long double bound) {
   return Meets(got, want, bound);
 }
 
+// The forward of one row in long double, y = x_hat * gamma + beta (RMSNorm: center
+// false), from long-double inputs: what finite differences of the forward evaluate.
+inline std::vector<long double> ForwardLd(bool center, size_t cols, const long double* x,
+                                          const long double* gamma,
+                                          const long double* beta, long double eps) {
+  long double mean = 0, var = 0;
+  if (center) {
+    for (size_t i = 0; i < cols; ++i) mean += x[i];
+    mean /= cols;
+  }
+  for (size_t i = 0; i < cols; ++i) var += (x[i] - mean) * (x[i] - mean);
+  const long double r = 1 / std::sqrt(var / cols + eps);
+  std::vector<long double> y(cols);
+  for (size_t i = 0; i < cols; ++i) y[i] = (x[i] - mean) * r * gamma[i] + beta[i];
+  return y;
+}
+
 // What one row's backward should give, in long double (design.md, Numerics: Backward),
 // from the saved statistics taken as exact: dx, and the row's terms of dgamma
 // (dy * x_hat) and dbeta (dy) with their absolute values for the bounds.

@@ -250,20 +250,6 @@ TEST_P(BatchNormBackwardTest, BitwiseEqualAcrossThreadCounts) {
   }
 }
 
-// The training forward of one channel in long double: y = x_hat * gamma + beta.
-std::vector<long double> ChannelForward(const std::vector<long double>& x,
-                                        long double gamma, long double beta,
-                                        long double eps) {
-  long double mean = 0, var = 0;
-  for (long double v : x) mean += v;
-  mean /= x.size();
-  for (long double v : x) var += (v - mean) * (v - mean);
-  const long double r = 1 / std::sqrt(var / x.size() + eps);
-  std::vector<long double> y(x.size());
-  for (size_t i = 0; i < x.size(); ++i) y[i] = (x[i] - mean) * r * gamma + beta;
-  return y;
-}
-
 TEST_P(BatchNormBackwardTest, FiniteDifferencesOfTheForward) {
   // The loss sum(dy * y) of a forward written here, differentiated numerically in long
   // double: a wrong formula shared by the kernel and the reference shows here.
@@ -288,7 +274,9 @@ TEST_P(BatchNormBackwardTest, FiniteDifferencesOfTheForward) {
         const long double gamma = r.gamma[ci], beta = 0.25L;
         const auto loss = [&](const std::vector<long double>& xv, long double g,
                               long double b) {
-          const std::vector<long double> y = ChannelForward(xv, g, b, k.eps);
+          const std::vector<long double> gv(m, g), bv(m, b);
+          const std::vector<long double> y =
+              ForwardLd(true, m, xv.data(), gv.data(), bv.data(), k.eps);
           long double l = 0;
           for (size_t j = 0; j < m; ++j) l += dy[j] * y[j];
           return l;

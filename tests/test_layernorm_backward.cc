@@ -198,22 +198,6 @@ TEST_P(LayerNormBackwardTest, BitwiseEqualAcrossThreadCounts) {
   }
 }
 
-// The forward in long double (y = x_hat * gamma + beta), for finite differences.
-std::vector<long double> ForwardLd(bool center, size_t cols, const long double* x,
-                                   const long double* gamma, const long double* beta,
-                                   long double eps) {
-  long double mean = 0, var = 0;
-  if (center) {
-    for (size_t i = 0; i < cols; ++i) mean += x[i];
-    mean /= cols;
-  }
-  for (size_t i = 0; i < cols; ++i) var += (x[i] - mean) * (x[i] - mean);
-  const long double r = 1 / std::sqrt(var / cols + eps);
-  std::vector<long double> y(cols);
-  for (size_t i = 0; i < cols; ++i) y[i] = (x[i] - mean) * r * gamma[i] + beta[i];
-  return y;
-}
-
 TEST_P(LayerNormBackwardTest, FiniteDifferencesOfTheForward) {
   // The loss sum(dy * y) of a forward written here, differentiated numerically in long
   // double: a wrong formula shared by the kernel and the reference shows here.
