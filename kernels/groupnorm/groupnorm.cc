@@ -160,10 +160,6 @@ void ApplyRows(const ChannelNormKernels& k, const GroupNormJob& job, size_t samp
       job.y + at);
 }
 
-// Samples up to this size are normalized one by one, each right after its
-// statistics, while it is in cache (x read from memory once).
-constexpr size_t kBySampleBytes = size_t{8} << 20;
-
 nk_status ForwardColumns(const ChannelNormKernels& k, const GroupNormJob& job,
                          int threads, bool stream, float* mean, float* rstd) {
   GroupColumns columns(k, job, threads, stream);
@@ -171,9 +167,8 @@ nk_status ForwardColumns(const ChannelNormKernels& k, const GroupNormJob& job,
   float* affine = affine_ws.Get(job.n * 5 * job.c);  // per sample: ColumnAffine's 5
   if (!columns.Reserve() || affine == nullptr) return OutOfMemory(job);
   const size_t c = job.c, groups = job.groups, count = job.n * groups;
-  const size_t t_count = static_cast<size_t>(threads);
-  if (job.spatial * c * sizeof(float) <= kBySampleBytes &&
-      (t_count == 1 || job.n % t_count == 0 || job.n >= 8 * t_count)) {
+  if (columns.chunks().BySample(threads)) {
+    // Each sample normalized right after its statistics, while it is in cache.
     ForEachPart(threads, [&](size_t t, size_t parts) {
       const size_t end = PartBegin(job.n, t + 1, parts);
       for (size_t sample = PartBegin(job.n, t, parts); sample < end; ++sample) {

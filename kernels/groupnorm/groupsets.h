@@ -96,6 +96,14 @@ class SampleChunks {
 
   const ColumnRows& rows() const { return rows_; }
   size_t count() const { return job_.n * rows_.chunks(); }
+  // Whether each thread takes whole samples, each mapped right after its sums or
+  // statistics while it is in cache: samples up to 8 MiB, when they balance the
+  // threads.
+  bool BySample(int threads) const {
+    const size_t t = static_cast<size_t>(threads);
+    return job_.spatial * job_.c * sizeof(float) <= (size_t{8} << 20) &&
+           (t == 1 || job_.n % t == 0 || job_.n >= 8 * t);
+  }
   // Chunk i: its first element and rows.
   size_t Chunk(size_t i, size_t* rows) const {
     const size_t sample = i / rows_.chunks(), ch = i % rows_.chunks();
