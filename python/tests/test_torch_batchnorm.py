@@ -195,7 +195,7 @@ def test_channels_last_is_read_where_it_lies():
     the (N, *spatial, C) array of the same memory. A transposed view is copied."""
     for shape in ((4, 6, 9), (4, 3, 5, 7), (2, 4, 3, 5, 2)):
         x = in_layout(data(shape, 1), True)
-        assert nkt._batchnorm._layout(x) == (x, nk._NHWC)
+        assert nkt._tensors.channel_layout(x) == (x, nk._NHWC)
         w, b = data((shape[1],), 2), data((shape[1],), 3)
         y = nkt.batch_norm(x, None, None, torch.from_numpy(w), torch.from_numpy(b), True)
         nhwc = x.movedim(1, -1)
@@ -203,7 +203,7 @@ def test_channels_last_is_read_where_it_lies():
         want = nk.batch_norm(nhwc.numpy(), None, None, w, b, True, channels_last=True)
         np.testing.assert_array_equal(y.movedim(1, -1).numpy(), want)
     x = torch.from_numpy(data((4, 3, 5, 7), 4))
-    copied, layout = nkt._batchnorm._layout(x.transpose(2, 3))
+    copied, layout = nkt._tensors.channel_layout(x.transpose(2, 3))
     assert layout == nk._NCHW and copied.is_contiguous()
 
 
