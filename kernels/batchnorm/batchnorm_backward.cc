@@ -38,7 +38,7 @@ SpanGrad GradMap(const BatchNormGradJob& job, size_t ci, float sum_dy,
   const double gamma = job.gamma != nullptr ? job.gamma[ci] : 1.0;
   return {job.mean[ci], job.rstd[ci], static_cast<float>(sum_dy / m),
           static_cast<float>(sum_dy_xhat / m),
-          static_cast<float>(gamma * static_cast<double>(job.rstd[ci]))};
+          static_cast<float>(gamma * static_cast<double>(job.rstd[ci])), 1.0f};
 }
 
 struct Context {
@@ -250,7 +250,8 @@ class GradColumns {
     if (r1 > r0) {
       ctx_.k.column_grad_apply(
           job_.x + r0 * c, job_.dy + r0 * c, r1 - r0, c,
-          ColumnGrad{maps_, maps_ + c, maps_ + 2 * c, maps_ + 3 * c, maps_ + 4 * c},
+          ColumnGrad{maps_, maps_ + c, maps_ + 2 * c, maps_ + 3 * c, maps_ + 4 * c,
+                     nullptr},
           ctx_.stream, job_.dx + r0 * c);
     }
     if (ctx_.stream) hwy::FlushStream();

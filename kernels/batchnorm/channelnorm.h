@@ -34,18 +34,22 @@ struct ColumnAffine {
 
 // The backward's map of a channel, with x_hat = (x - mean) * rstd formed per element
 // (a folded rstd^2 factor underflows fp32 where x_hat does not, |x| ~ 1e25):
-//   dx = (dy - mean_dy - x_hat * mean_dy_xhat) * k,  k = gamma * rstd.
+//   dx = (dy * dy_scale - mean_dy - x_hat * mean_dy_xhat) * k.
+// BatchNorm: k = gamma * rstd, dy_scale = 1 (exact). GroupNorm, whose set spans
+// channels of different gamma: k = rstd, dy_scale = gamma, the means those of gamma dy.
 struct SpanGrad {
-  float mean, rstd, mean_dy, mean_dy_xhat, k;
+  float mean, rstd, mean_dy, mean_dy_xhat, k, dy_scale;
 };
 
-// The same per column of a [rows][c] matrix: arrays of c values.
+// The same per column of a [rows][c] matrix: arrays of c values; dy_scale == nullptr
+// means ones.
 struct ColumnGrad {
   const float* mean;
   const float* rstd;
   const float* mean_dy;
   const float* mean_dy_xhat;
   const float* k;
+  const float* dy_scale;
 };
 
 // Rows per chunk of an NHWC tensor with c channels: the fixed partition whose

@@ -101,7 +101,8 @@ void SpanGradApply(const float* x, const float* dy, size_t n, const SpanGrad& g,
   StoreSpan(n, stream, dx, [&](auto d, size_t i) HWY_ATTR {
     const auto xhat =
         hn::Mul(hn::Sub(hn::LoadU(d, x + i), hn::Set(d, g.mean)), hn::Set(d, g.rstd));
-    const auto t = hn::Sub(hn::LoadU(d, dy + i), hn::Set(d, g.mean_dy));
+    const auto t =
+        hn::Sub(hn::Mul(hn::LoadU(d, dy + i), hn::Set(d, g.dy_scale)), hn::Set(d, g.mean_dy));
     return hn::Mul(hn::NegMulAdd(xhat, hn::Set(d, g.mean_dy_xhat), t), hn::Set(d, g.k));
   });
 }
@@ -211,12 +212,15 @@ void ColumnGradSums(const float* x, const float* dy, size_t rows, size_t c,
 
 // dx of [rows][c] row by row, the columns' maps loaded from L1 for every row.
 // Streamed where every row starts a cache line (whole lines, sources-inl.h).
+template <bool kScaleDy>
 void GradColumnRows(const float* x, const float* dy, size_t rows, size_t c,
                     const ColumnGrad& g, bool stream, float* dx) {
   const auto value = [&](auto d, size_t i, size_t j) HWY_ATTR {
     const auto xhat = hn::Mul(hn::Sub(hn::LoadU(d, x + i), hn::LoadU(d, g.mean + j)),
                               hn::LoadU(d, g.rstd + j));
-    const auto t = hn::Sub(hn::LoadU(d, dy + i), hn::LoadU(d, g.mean_dy + j));
+    auto gy = hn::LoadU(d, dy + i);
+    if (kScaleDy) gy = hn::Mul(gy, hn::LoadU(d, g.dy_scale + j));
+    const auto t = hn::Sub(gy, hn::LoadU(d, g.mean_dy + j));
     return hn::Mul(hn::NegMulAdd(xhat, hn::LoadU(d, g.mean_dy_xhat + j), t),
                    hn::LoadU(d, g.k + j));
   };
@@ -247,12 +251,13 @@ void GradColumnRows(const float* x, const float* dy, size_t rows, size_t c,
 HWY_INLINE void GradColumnRowsFromLine(const float* x, const float* dy, size_t rows,
                                        size_t c, const ColumnGrad& g, bool stream,
                                        float* dx) {
-  const float* arrays[5] = {g.mean, g.rstd, g.mean_dy, g.mean_dy_xhat, g.k};
+  const float* arrays[6] = {g.mean, g.rstd, g.mean_dy, g.mean_dy_xhat, g.k, g.dy_scale};
   MapRowsFromLine(
       arrays, rows, c, stream, dx,
-      [&](size_t at, size_t n, size_t width, const float* const(&p)[5], bool streamed) {
-        GradColumnRows(x + at, dy + at, n, width,
-                       ColumnGrad{p[0], p[1], p[2], p[3], p[4]}, streamed, dx + at);
+      [&](size_t at, size_t n, size_t width, const float* const(&p)[6], bool streamed) {
+        const ColumnGrad map{p[0], p[1], p[2], p[3], p[4], p[5]};
+        (map.dy_scale != nullptr ? GradColumnRows<true> : GradColumnRows<false>)(
+            x + at, dy + at, n, width, map, streamed, dx + at);
       });
 }
 
@@ -263,15 +268,18 @@ void ColumnGradApply(const float* x, const float* dy, size_t rows, size_t c,
   // Narrow rows: the maps repeated k times, so k rows are one row of whole
   // vectors.
   const size_t width = k * c;
-  HWY_ALIGN float wide[5][kMaxColumnPeriod];
-  const float* in[5] = {g.mean, g.rstd, g.mean_dy, g.mean_dy_xhat, g.k};
-  for (size_t p = 0; p < 5; ++p) {
+  HWY_ALIGN float wide[6][kMaxColumnPeriod];
+  const float* in[6] = {g.mean, g.rstd, g.mean_dy, g.mean_dy_xhat, g.k, g.dy_scale};
+  for (size_t p = 0; p < 6; ++p) {
+    if (in[p] == nullptr) continue;
     for (size_t j = 0; j < width; ++j) wide[p][j] = in[p][j % c];
   }
   const size_t wide_rows = rows / k;
-  GradColumnRowsFromLine(x, dy, wide_rows, width,
-                         ColumnGrad{wide[0], wide[1], wide[2], wide[3], wide[4]}, stream,
-                         dx);
+  GradColumnRowsFromLine(
+      x, dy, wide_rows, width,
+      ColumnGrad{wide[0], wide[1], wide[2], wide[3], wide[4],
+                 g.dy_scale != nullptr ? wide[5] : nullptr},
+      stream, dx);
   const size_t done = wide_rows * width;
   GradColumnRowsFromLine(x + done, dy + done, rows - wide_rows * k, c, g, stream,
                          dx + done);

@@ -15,14 +15,14 @@ namespace nk {
 struct GroupNormJob {
   const char* function;  // the C entry point, for errors found after validation
   size_t n, c, spatial, groups;
-  bool channels_last;    // NHWC
+  bool channels_last;  // NHWC
   const float* x;
   const float* dy;
-  const float* gamma;    // [c]
-  const float* beta;     // [c]
+  const float* gamma;  // [c]
+  const float* beta;   // [c]
   float eps;
-  float* y;              // forward
-  float* dx;             // backward
+  float* y;   // forward
+  float* dx;  // backward
   size_t group_channels() const { return c / groups; }
 };
 
@@ -30,8 +30,8 @@ struct GroupNormJob {
 nk_status GroupNormForward(const GroupNormJob& job, float* mean, float* rstd);
 
 // Backward from the forward's mean / rstd: dx, and dgamma / dbeta where wanted.
-nk_status GroupNormBackward(const GroupNormJob& job, const float* mean,
-                            const float* rstd, float* dgamma, float* dbeta);
+nk_status GroupNormBackward(const GroupNormJob& job, const float* mean, const float* rstd,
+                            float* dgamma, float* dbeta);
 
 }  // namespace nk
 

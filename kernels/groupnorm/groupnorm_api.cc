@@ -24,8 +24,8 @@ Validator& Shape(Validator& v, size_t n, size_t c, size_t spatial, size_t groups
   return v;
 }
 
-GroupNormJob Job(const char* function, size_t n, size_t c, size_t spatial,
-                 size_t groups, nk_layout layout, const float* x) {
+GroupNormJob Job(const char* function, size_t n, size_t c, size_t spatial, size_t groups,
+                 nk_layout layout, const float* x) {
   GroupNormJob job{};
   job.function = function;
   job.n = n;
@@ -83,7 +83,10 @@ nk_status nk_groupnorm_backward_f32(size_t n, size_t c, size_t spatial, size_t g
   nk::Shape(v, n, c, spatial, groups, &sets, &elements);
   if (v.failed()) return v.status();
   if (elements == 0) return NK_OK;
-  v.NotNull(x, "x").NotNull(dy, "dy").NotNull(mean, "mean").NotNull(rstd, "rstd")
+  v.NotNull(x, "x")
+      .NotNull(dy, "dy")
+      .NotNull(mean, "mean")
+      .NotNull(rstd, "rstd")
       .NotNull(dx, "dx");
   const size_t bytes = elements * sizeof(float);
   const size_t c_bytes = c * sizeof(float);

@@ -1,0 +1,190 @@
+// SPDX-License-Identifier: Apache-2.0
+// groupnorm.cc: GroupNorm's forward op layer, on BatchNorm's per-target steps
+// (channelnorm.h). A set is one (sample, group): cg = c / groups channels.
+//
+// NCHW: a set is cg contiguous planes, one span of cg * spatial elements, measured as
+// a LayerNorm row is (kChunk pieces merged pairwise, or the short-plane step's
+// per-lane tree for sets of a few vectors), then mapped plane by plane with its
+// channel's gamma and beta. Each thread takes whole sets and maps each right after
+// its statistics, while it is in cache; with too few sets for the threads, every
+// piece is measured in parallel first.
+// NHWC: a sample is a [spatial][c] matrix; per-column moments of chunks of its rows
+// (ColumnRows) merge in a pairwise tree, then a group's cg columns merge pairwise.
+#include "kernels/groupnorm/groupnorm.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "hwy/cache_control.h"
+#include "kernels/batchnorm/channelnorm.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/common/errors.h"
+#include "kernels/common/moments.h"
+#include "kernels/common/parallel.h"
+#include "kernels/common/workspace.h"
+#include "kernels/groupnorm/groupsets.h"
+
+namespace nk {
+
+namespace {
+
+nk_status OutOfMemory(const GroupNormJob& job) {
+  return SetError(NK_ERR_OUT_OF_MEMORY, "%s: out of memory for per-group statistics",
+                  job.function);
+}
+
+// Channel ch's map in a set: y = (x - mean) * (rstd * gamma) + beta; on the slow
+// path ((x * scale - mean) * rstd) * gamma + beta in the scaled units. x - mean comes
+// first, so a constant set gives exactly beta.
+SpanAffine ChannelAffine(const GroupNormJob& job, size_t ch, const SetStats& st) {
+  const float gamma = job.gamma != nullptr ? job.gamma[ch] : 1.0f;
+  const float beta = job.beta != nullptr ? job.beta[ch] : 0.0f;
+  if (st.scale == 1.0f) return {true, 1.0f, st.mean, 1.0f, st.rstd * gamma, beta};
+  return {true, st.scale, st.mean, st.rstd, gamma, beta};
+}
+
+// ---------------------------------------------------------------- NCHW
+
+// Set s's statistics and outputs, and the maps of its planes into affine[s * cg ...].
+void FinishSet(const GroupNormJob& job, size_t s, const SetStats& st, float* mean,
+               float* rstd, SpanAffine* affine) {
+  if (mean != nullptr) mean[s] = st.mean_out;
+  if (rstd != nullptr) rstd[s] = st.rstd_out;
+  const size_t cg = job.group_channels(), g = s % job.groups;
+  for (size_t j = 0; j < cg; ++j) affine[s * cg + j] = ChannelAffine(job, g * cg + j, st);
+}
+
+// Planes [p0, p1) (p = sample * c + channel) by their maps.
+void ApplyPlanes(const GroupSets& sets, const GroupNormJob& job, size_t p0, size_t p1,
+                 const SpanAffine* affine, bool stream) {
+  const size_t spatial = job.spatial;
+  if (!stream) {
+    sets.k().planes_apply(job.x + p0 * spatial, spatial, p1 - p0, affine + p0,
+                          job.y + p0 * spatial);
+    return;
+  }
+  for (size_t p = p0; p < p1; ++p) {
+    sets.k().span_apply(job.x + p * spatial, spatial, affine[p], true,
+                        job.y + p * spatial);
+  }
+}
+
+nk_status ForwardPlanes(const GroupSets& sets, const GroupNormJob& job, int threads,
+                        bool stream, float* mean, float* rstd) {
+  const ChannelNormKernels& k = sets.k();
+  const size_t count = sets.count(), cg = job.group_channels();
+  Workspace<SpanAffine, struct GroupAffineTag> affine_ws;
+  SpanAffine* affine = affine_ws.Get(job.n * job.c);
+  if (affine == nullptr) return OutOfMemory(job);
+  if (sets.Short()) {
+    // A few vectors per set: each thread measures its sets with the per-lane tree
+    // (one call), then maps them, still in L1 / L2.
+    const size_t per_thread = k.short_plane_scratch(1, (count + threads - 1) / threads);
+    Workspace<Moments, struct GroupShortMomentsTag> moments_ws;
+    Workspace<float, struct GroupShortScratchTag> scratch_ws;
+    Moments* moments = moments_ws.Get(count);
+    float* scratch = scratch_ws.Get(per_thread * static_cast<size_t>(threads));
+    if (moments == nullptr || scratch == nullptr) return OutOfMemory(job);
+    ForEachPart(threads, [&](size_t t, size_t parts) {
+      const size_t s0 = PartBegin(count, t, parts), s1 = PartBegin(count, t + 1, parts);
+      if (s1 == s0) return;
+      k.short_plane_moments(job.x, 1, count, sets.length(), s0, s1,
+                            scratch + t * per_thread, moments + s0);
+      for (size_t s = s0; s < s1; ++s) {
+        FinishSet(job, s, sets.Stats(s, moments[s], job.eps), mean, rstd, affine);
+      }
+      ApplyPlanes(sets, job, s0 * cg, s1 * cg, affine, stream);
+      if (stream) hwy::FlushStream();
+    });
+    return NK_OK;
+  }
+  if (sets.BySet(threads)) {
+    ForEachPart(threads, [&](size_t t, size_t parts) {
+      const size_t s1 = PartBegin(count, t + 1, parts);
+      for (size_t s = PartBegin(count, t, parts); s < s1; ++s) {
+        FinishSet(job, s, sets.Stats(s, job.eps), mean, rstd, affine);
+        ApplyPlanes(sets, job, s * cg, (s + 1) * cg, affine, stream);
+      }
+      if (stream) hwy::FlushStream();
+    });
+    return NK_OK;
+  }
+  // Few large sets: every piece in parallel, then each set's statistics, then the
+  // planes in memory order.
+  Workspace<Moments, struct GroupPieceMomentsTag> moments_ws;
+  Moments* moments = moments_ws.Get(sets.pieces());
+  if (moments == nullptr) return OutOfMemory(job);
+  ParallelFor(threads, sets.pieces(),
+              [&](size_t i) { moments[i] = sets.PieceMoments(i, 1.0f); });
+  for (size_t s = 0; s < count; ++s) {
+    const SetStats st =
+        sets.Stats(s, sets.MergePieces(s, [&](size_t i) { return moments[i]; }), job.eps);
+    FinishSet(job, s, st, mean, rstd, affine);
+  }
+  const size_t planes = job.n * job.c;
+  ForEachPart(threads, [&](size_t t, size_t parts) {
+    ApplyPlanes(sets, job, PartBegin(planes, t, parts), PartBegin(planes, t + 1, parts),
+                affine, stream);
+    if (stream) hwy::FlushStream();
+  });
+  return NK_OK;
+}
+
+// ---------------------------------------------------------------- NHWC
+
+nk_status ForwardColumns(const ChannelNormKernels& k, const GroupNormJob& job,
+                         int threads, bool stream, float* mean, float* rstd) {
+  GroupColumns columns(k, job, threads, stream);
+  Workspace<float, struct GroupColumnAffineTag> affine_ws;
+  float* affine = affine_ws.Get(job.n * 5 * job.c);  // per sample: ColumnAffine's 5
+  if (!columns.Reserve() || affine == nullptr) return OutOfMemory(job);
+  const size_t c = job.c, cg = job.group_channels(), count = job.n * job.groups;
+  std::atomic<bool> scaled{false};
+  SpinBarrier barrier;
+  ForEachPart(threads, [&](size_t t, size_t parts) {
+    columns.Measure(t, parts);
+    barrier.Wait(parts);
+    const size_t s1 = PartBegin(count, t + 1, parts);
+    for (size_t s = PartBegin(count, t, parts); s < s1; ++s) {
+      const SetStats st = columns.Stats(s, job.eps);
+      if (mean != nullptr) mean[s] = st.mean_out;
+      if (rstd != nullptr) rstd[s] = st.rstd_out;
+      float* a = affine + s / job.groups * 5 * c;
+      for (size_t ch = (s % job.groups) * cg, end = ch + cg; ch < end; ++ch) {
+        const SpanAffine m = ChannelAffine(job, ch, st);
+        a[ch] = m.scale;
+        a[c + ch] = m.shift;
+        a[2 * c + ch] = m.rstd;
+        a[3 * c + ch] = m.mul;
+        a[4 * c + ch] = m.add;
+      }
+      if (st.scale != 1.0f) scaled.store(true, std::memory_order_relaxed);
+    }
+    barrier.Wait(parts);
+    const bool any_scaled = scaled.load(std::memory_order_relaxed);
+    columns.chunks().ForEachRowPart(t, parts, [&](size_t sample, size_t r0, size_t r1) {
+      const float* a = affine + sample * 5 * c;
+      const size_t at = (sample * job.spatial + r0) * c;
+      k.column_apply(
+          job.x + at, r1 - r0, c,
+          ColumnAffine{any_scaled ? a : nullptr, a + c, a + 2 * c, a + 3 * c, a + 4 * c},
+          stream, job.y + at);
+    });
+    if (stream) hwy::FlushStream();
+  });
+  return NK_OK;
+}
+
+}  // namespace
+
+nk_status GroupNormForward(const GroupNormJob& job, float* mean, float* rstd) {
+  const ChannelNormKernels& k = ChannelNormKernelsFor(CurrentTarget());
+  const size_t elements = job.n * job.c * job.spatial;
+  const int threads = ThreadsFor(elements);
+  // As BatchNorm: streaming pays once x and y together overflow the cache.
+  const bool stream = 2 * elements * sizeof(float) >= kStreamBytes;
+  if (job.channels_last) return ForwardColumns(k, job, threads, stream, mean, rstd);
+  return ForwardPlanes(GroupSets(k, job), job, threads, stream, mean, rstd);
+}
+
+}  // namespace nk

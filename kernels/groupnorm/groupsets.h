@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: Apache-2.0
+// groupsets.h: GroupNorm's sets as the forward and backward op layers cut them: NCHW
+// sets as contiguous spans in pieces of kChunk, NHWC samples as chunks of rows, and
+// the per-set statistics of both from per-target steps (channelnorm.h). The pieces and
+// merge trees depend on the shape alone, so the bits do not depend on the threads.
+#ifndef NK_KERNELS_GROUPSETS_H_
+#define NK_KERNELS_GROUPSETS_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+
+#include "kernels/batchnorm/channelnorm.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/common/moments.h"
+#include "kernels/common/workspace.h"
+#include "kernels/groupnorm/groupnorm.h"
+
+namespace nk {
+
+// NCHW: set s (sample s / groups, group s % groups) is the span of length() elements
+// at x + s * length(), its cg planes one after another.
+class GroupSets {
+ public:
+  GroupSets(const ChannelNormKernels& k, const GroupNormJob& job)
+      : k_(k),
+        job_(job),
+        length_(job.group_channels() * job.spatial),
+        per_set_(NumChunks(length_)) {}
+
+  const ChannelNormKernels& k() const { return k_; }
+  size_t count() const { return job_.n * job_.groups; }
+  size_t length() const { return length_; }
+  // Sets of a few vectors: measured by the short-plane step, many per call.
+  bool Short() const { return length_ <= k_.short_plane_max(); }
+  // Whole sets per thread, when that balances the threads.
+  bool BySet(int threads) const {
+    const size_t t = static_cast<size_t>(threads);
+    return t == 1 || count() % t == 0 || count() >= 8 * t;
+  }
+
+  size_t pieces_per_set() const { return per_set_; }
+  size_t pieces() const { return count() * per_set_; }
+  // Piece i (set i / pieces_per_set()): its offset and length.
+  size_t Piece(size_t i, size_t* len) const {
+    const size_t begin = (i % per_set_) * kChunk;
+    *len = std::min(kChunk, length_ - begin);
+    return (i / per_set_) * length_ + begin;
+  }
+  Moments PieceMoments(size_t i, float scale) const {
+    size_t len;
+    const size_t at = Piece(i, &len);
+    return k_.span_moments(job_.x + at, len, scale, job_.x,
+                           job_.x + job_.n * job_.c * job_.spatial);
+  }
+  // Set s's moments from its pieces' moment(i) (i over the tensor's pieces).
+  template <class MomentOf>
+  Moments MergePieces(size_t s, const MomentOf& moment) const {
+    return MergePairwise(s * per_set_, (s + 1) * per_set_, moment);
+  }
+
+  // Set s's statistics from its fast-path moments (the slow path measures again).
+  SetStats Stats(size_t s, const Moments& first, float eps) const {
+    return SetStatistics(
+        first, eps,
+        [&] {
+          float m = 0.0f;
+          for (size_t i = s * per_set_; i < (s + 1) * per_set_; ++i) {
+            size_t len;
+            const size_t at = Piece(i, &len);
+            const float a = k_.span_max_abs(job_.x + at, len);
+            m = (a > m || std::isnan(a)) ? a : m;
+          }
+          return m;
+        },
+        [&](float scale) {
+          return MergePieces(s, [&](size_t i) { return PieceMoments(i, scale); });
+        });
+  }
+  SetStats Stats(size_t s, float eps) const {
+    return Stats(s, MergePieces(s, [&](size_t i) { return PieceMoments(i, 1.0f); }), eps);
+  }
+
+ private:
+  const ChannelNormKernels& k_;
+  const GroupNormJob& job_;
+  const size_t length_;
+  const size_t per_set_;  // pieces
+};
+
+// NHWC: each sample a [spatial][c] matrix in chunks of rows (ColumnRows), the
+// tensor's chunks in sample order.
+class SampleChunks {
+ public:
+  explicit SampleChunks(const GroupNormJob& job) : job_(job), rows_(job.spatial, job.c) {}
+
+  const ColumnRows& rows() const { return rows_; }
+  size_t count() const { return job_.n * rows_.chunks(); }
+  // Chunk i: its first element and rows.
+  size_t Chunk(size_t i, size_t* rows) const {
+    const size_t sample = i / rows_.chunks(), ch = i % rows_.chunks();
+    *rows = rows_.RowsIn(ch, ch + 1);
+    return (sample * job_.spatial + ch * rows_.chunk_rows()) * job_.c;
+  }
+
+  // fn(sample, r0, r1) for the rows of part t of `parts` of the tensor's n * spatial
+  // rows (ColumnRows::Part), cut at the samples' boundaries.
+  template <class Fn>
+  void ForEachRowPart(size_t t, size_t parts, const Fn& fn) const {
+    const size_t spatial = job_.spatial;
+    size_t r0, r1;
+    ColumnRows(job_.n * spatial, job_.c).Part(t, parts, &r0, &r1);
+    for (size_t r = r0; r < r1;) {
+      const size_t sample = r / spatial, begin = sample * spatial;
+      const size_t end = std::min(r1, begin + spatial);
+      fn(sample, r - begin, end - begin);
+      r = end;
+    }
+  }
+
+ private:
+  const GroupNormJob& job_;
+  const ColumnRows rows_;
+};
+
+// The NHWC forward's per-column moments and the sets' statistics from them.
+class GroupColumns {
+ public:
+  GroupColumns(const ChannelNormKernels& k, const GroupNormJob& job, int threads,
+               bool from_memory)
+      : k_(k),
+        job_(job),
+        chunks_(job),
+        threads_(threads),
+        from_memory_(from_memory),
+        scratch_floats_(ColumnScratchFloats(chunks_.rows().chunk_rows(), job.c)) {}
+
+  const SampleChunks& chunks() const { return chunks_; }
+
+  bool Reserve() {
+    const size_t floats = chunks_.count() * job_.c;
+    mean_ = mean_ws_.Get(floats);
+    m2_ = m2_ws_.Get(floats);
+    scratch_ = scratch_ws_.Get(static_cast<size_t>(threads_) * scratch_floats_);
+    return mean_ != nullptr && m2_ != nullptr && scratch_ != nullptr;
+  }
+
+  // Part t of `parts`: the per-column moments of its chunks.
+  void Measure(size_t t, size_t parts) {
+    float* own = scratch_ + t * scratch_floats_;
+    const size_t end = PartBegin(chunks_.count(), t + 1, parts);
+    for (size_t i = PartBegin(chunks_.count(), t, parts); i < end; ++i) {
+      size_t rows;
+      const size_t at = chunks_.Chunk(i, &rows);
+      k_.column_moments(job_.x + at, rows, job_.c, from_memory_, own, mean_ + i * job_.c,
+                        m2_ + i * job_.c);
+    }
+  }
+
+  // Once every part is measured: set s's statistics. Its columns' chunks merge into
+  // the sample's first chunk in a pairwise tree, then its cg columns pairwise.
+  SetStats Stats(size_t s, float eps) {
+    const size_t c = job_.c, cg = job_.group_channels(), spatial = job_.spatial;
+    const size_t sample = s / job_.groups, c0 = (s % job_.groups) * cg;
+    const size_t first = sample * chunks_.rows().chunks();
+    chunks_.rows().MergePairwise([&](size_t a, size_t b, size_t rows_a, size_t rows_b) {
+      const double na = static_cast<double>(rows_a), nb = static_cast<double>(rows_b);
+      const double n = na + nb;
+      const size_t at_a = (first + a) * c + c0, at_b = (first + b) * c + c0;
+      k_.merge_columns(cg, static_cast<float>(nb / n), static_cast<float>(na * nb / n),
+                       mean_ + at_a, m2_ + at_a, mean_ + at_b, m2_ + at_b);
+    });
+    const float* mean = mean_ + first * c + c0;
+    const float* m2 = m2_ + first * c + c0;
+    const float* x = job_.x + sample * spatial * c + c0;
+    return SetStatistics(
+        MergePairwise(0, cg,
+                      [&](size_t j) {
+                        return Moments{static_cast<double>(spatial), mean[j], m2[j]};
+                      }),
+        eps,
+        [&] {
+          float m = 0.0f;
+          for (size_t j = 0; j < cg; ++j) {
+            const float a = k_.strided_max_abs(x + j, c, spatial);
+            m = (a > m || std::isnan(a)) ? a : m;
+          }
+          return m;
+        },
+        [&](float scale) {
+          return MergePairwise(0, cg, [&](size_t j) {
+            return k_.strided_moments(x + j, c, spatial, scale);
+          });
+        });
+  }
+
+ private:
+  const ChannelNormKernels& k_;
+  const GroupNormJob& job_;
+  const SampleChunks chunks_;
+  const int threads_;
+  const bool from_memory_;
+  const size_t scratch_floats_;
+  Workspace<float, struct GroupColumnMeanTag> mean_ws_;
+  Workspace<float, struct GroupColumnM2Tag> m2_ws_;
+  Workspace<float, struct GroupColumnScratchTag> scratch_ws_;
+  float* mean_ = nullptr;
+  float* m2_ = nullptr;
+  float* scratch_ = nullptr;
+};
+
+}  // namespace nk
+
+#endif  // NK_KERNELS_GROUPSETS_H_
