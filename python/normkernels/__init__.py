@@ -426,6 +426,15 @@ def _bn_input(x, channels_last):
     raise ValueError(f"x must be C-contiguous; {route}")
 
 
+def _affine(gamma, beta, weight, bias):
+    """gamma and beta, each given under our name or PyTorch's (weight, bias)."""
+    if weight is not None:
+        gamma = _alias(gamma, weight, "gamma", "weight")
+    if bias is not None:
+        beta = _alias(beta, bias, "beta", "bias")
+    return gamma, beta
+
+
 def _bn_shape(x, channels_last):
     """(n, c, spatial) of x: (N, C, *spatial), or (N, *spatial, C) with channels_last."""
     n = x.shape[0]
@@ -472,10 +481,7 @@ def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
     cumulative average, as PyTorch's BatchNorm with momentum=None: each update uses
     momentum = 1 / num_batches_tracked (after the increment), so that they are the
     mean of every batch's statistics."""
-    if weight is not None:
-        gamma = _alias(gamma, weight, "gamma", "weight")
-    if bias is not None:
-        beta = _alias(beta, bias, "beta", "bias")
+    gamma, beta = _affine(gamma, beta, weight, bias)
     eps = _float32(eps, "eps")
     x = _bn_input(x, channels_last)
     n, c, spatial = _bn_shape(x, channels_last)
@@ -671,10 +677,7 @@ def group_norm(x, groups, gamma=None, beta=None, eps=1e-5, channels_last=False,
 
     Returns y, or (y, mean, rstd) with return_stats, shaped (N, groups) (as
     torch.native_group_norm's); NaN for a group of no value."""
-    if weight is not None:
-        gamma = _alias(gamma, weight, "gamma", "weight")
-    if bias is not None:
-        beta = _alias(beta, bias, "beta", "bias")
+    gamma, beta = _affine(gamma, beta, weight, bias)
     eps = _float32(eps, "eps")
     x = _bn_input(x, channels_last)
     n, c, spatial = _bn_shape(x, channels_last)
