@@ -147,14 +147,13 @@ class GroupColumns {
 
   // Part t of `parts`: the per-column moments of its chunks.
   void Measure(size_t t, size_t parts) {
-    float* own = scratch_ + t * scratch_floats_;
-    const size_t end = PartBegin(chunks_.count(), t + 1, parts);
-    for (size_t i = PartBegin(chunks_.count(), t, parts); i < end; ++i) {
-      size_t rows;
-      const size_t at = chunks_.Chunk(i, &rows);
-      k_.column_moments(job_.x + at, rows, job_.c, from_memory_, own, mean_ + i * job_.c,
-                        m2_ + i * job_.c);
-    }
+    MeasureChunks(PartBegin(chunks_.count(), t, parts),
+                  PartBegin(chunks_.count(), t + 1, parts), t);
+  }
+  // On thread t: the per-column moments of a sample's chunks.
+  void MeasureSample(size_t sample, size_t t) {
+    const size_t per_sample = chunks_.rows().chunks();
+    MeasureChunks(sample * per_sample, (sample + 1) * per_sample, t);
   }
 
   // Once every part is measured: set s's statistics. Its columns' chunks merge into
@@ -195,6 +194,16 @@ class GroupColumns {
   }
 
  private:
+  void MeasureChunks(size_t i0, size_t i1, size_t t) {
+    float* own = scratch_ + t * scratch_floats_;
+    for (size_t i = i0; i < i1; ++i) {
+      size_t rows;
+      const size_t at = chunks_.Chunk(i, &rows);
+      k_.column_moments(job_.x + at, rows, job_.c, from_memory_, own, mean_ + i * job_.c,
+                        m2_ + i * job_.c);
+    }
+  }
+
   const ChannelNormKernels& k_;
   const GroupNormJob& job_;
   const SampleChunks chunks_;
