@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
   s.threads = all > 1 ? std::vector<int>{1, all} : std::vector<int>{1};
   RegisterLayerNormCases(s);
   RegisterBatchNormCases(s);
+  RegisterGroupNormCases(s);
   if (verify) return VerifyCases() == 0 ? 0 : 1;
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());

@@ -54,6 +54,7 @@ struct Selection {
 };
 void RegisterLayerNormCases(const Selection& s);
 void RegisterBatchNormCases(const Selection& s);
+void RegisterGroupNormCases(const Selection& s);
 
 // Cases with nothing but ISA, threads, offset and group set: one for each of `isas` x
 // `threads` x kOffsets.

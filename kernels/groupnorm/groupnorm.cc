@@ -13,7 +13,6 @@
 #include "kernels/groupnorm/groupnorm.h"
 
 #include <algorithm>
-#include <atomic>
 
 #include "hwy/cache_control.h"
 #include "kernels/batchnorm/channelnorm.h"
@@ -132,43 +131,70 @@ nk_status ForwardPlanes(const GroupSets& sets, const GroupNormJob& job, int thre
 
 // ---------------------------------------------------------------- NHWC
 
+// Set s's outputs and its channels' maps in its sample's ColumnAffine arrays a
+// (scale, shift, rstd, mul, add: c each).
+void FinishColumnSet(const GroupNormJob& job, size_t s, const SetStats& st, float* a,
+                     float* mean, float* rstd) {
+  if (mean != nullptr) mean[s] = st.mean_out;
+  if (rstd != nullptr) rstd[s] = st.rstd_out;
+  const size_t c = job.c, cg = job.group_channels();
+  for (size_t ch = (s % job.groups) * cg, end = ch + cg; ch < end; ++ch) {
+    const SpanAffine m = ChannelAffine(job, ch, st);
+    a[ch] = m.scale;
+    a[c + ch] = m.shift;
+    a[2 * c + ch] = m.rstd;
+    a[3 * c + ch] = m.mul;
+    a[4 * c + ch] = m.add;
+  }
+}
+
+// Rows [r0, r1) of a sample by its maps a; the slow path's steps only where one of
+// its sets took it.
+void ApplyRows(const ChannelNormKernels& k, const GroupNormJob& job, size_t sample,
+               size_t r0, size_t r1, const float* a, bool stream) {
+  const size_t c = job.c, at = (sample * job.spatial + r0) * c;
+  const bool scaled = std::any_of(a, a + c, [](float v) { return v != 1.0f; });
+  k.column_apply(
+      job.x + at, r1 - r0, c,
+      ColumnAffine{scaled ? a : nullptr, a + c, a + 2 * c, a + 3 * c, a + 4 * c}, stream,
+      job.y + at);
+}
+
 nk_status ForwardColumns(const ChannelNormKernels& k, const GroupNormJob& job,
                          int threads, bool stream, float* mean, float* rstd) {
   GroupColumns columns(k, job, threads, stream);
   Workspace<float, struct GroupColumnAffineTag> affine_ws;
   float* affine = affine_ws.Get(job.n * 5 * job.c);  // per sample: ColumnAffine's 5
   if (!columns.Reserve() || affine == nullptr) return OutOfMemory(job);
-  const size_t c = job.c, cg = job.group_channels(), count = job.n * job.groups;
-  std::atomic<bool> scaled{false};
+  const size_t c = job.c, groups = job.groups, count = job.n * groups;
+  if (columns.chunks().BySample(threads)) {
+    // Each sample normalized right after its statistics, while it is in cache.
+    ForEachPart(threads, [&](size_t t, size_t parts) {
+      const size_t end = PartBegin(job.n, t + 1, parts);
+      for (size_t sample = PartBegin(job.n, t, parts); sample < end; ++sample) {
+        float* a = affine + sample * 5 * c;
+        columns.MeasureSample(sample, t);
+        for (size_t s = sample * groups; s < (sample + 1) * groups; ++s) {
+          FinishColumnSet(job, s, columns.Stats(s, job.eps), a, mean, rstd);
+        }
+        ApplyRows(k, job, sample, 0, job.spatial, a, stream);
+      }
+      if (stream) hwy::FlushStream();
+    });
+    return NK_OK;
+  }
   SpinBarrier barrier;
   ForEachPart(threads, [&](size_t t, size_t parts) {
     columns.Measure(t, parts);
     barrier.Wait(parts);
     const size_t s1 = PartBegin(count, t + 1, parts);
     for (size_t s = PartBegin(count, t, parts); s < s1; ++s) {
-      const SetStats st = columns.Stats(s, job.eps);
-      if (mean != nullptr) mean[s] = st.mean_out;
-      if (rstd != nullptr) rstd[s] = st.rstd_out;
-      float* a = affine + s / job.groups * 5 * c;
-      for (size_t ch = (s % job.groups) * cg, end = ch + cg; ch < end; ++ch) {
-        const SpanAffine m = ChannelAffine(job, ch, st);
-        a[ch] = m.scale;
-        a[c + ch] = m.shift;
-        a[2 * c + ch] = m.rstd;
-        a[3 * c + ch] = m.mul;
-        a[4 * c + ch] = m.add;
-      }
-      if (st.scale != 1.0f) scaled.store(true, std::memory_order_relaxed);
+      FinishColumnSet(job, s, columns.Stats(s, job.eps), affine + s / groups * 5 * c,
+                      mean, rstd);
     }
     barrier.Wait(parts);
-    const bool any_scaled = scaled.load(std::memory_order_relaxed);
     columns.chunks().ForEachRowPart(t, parts, [&](size_t sample, size_t r0, size_t r1) {
-      const float* a = affine + sample * 5 * c;
-      const size_t at = (sample * job.spatial + r0) * c;
-      k.column_apply(
-          job.x + at, r1 - r0, c,
-          ColumnAffine{any_scaled ? a : nullptr, a + c, a + 2 * c, a + 3 * c, a + 4 * c},
-          stream, job.y + at);
+      ApplyRows(k, job, sample, r0, r1, affine + sample * 5 * c, stream);
     });
     if (stream) hwy::FlushStream();
   });

@@ -173,6 +173,8 @@ class GradColumns {
         chunks_(job),
         scratch_floats_(ColumnScratchFloats(chunks_.rows().chunk_rows(), job.c)) {}
 
+  const SampleChunks& chunks() const { return chunks_; }
+
   bool Reserve() {
     const size_t c = job_.c;
     sums_ = sums_ws_.Get(2 * chunks_.count() * c);
@@ -193,17 +195,13 @@ class GradColumns {
 
   // Part t of `parts`: the per-column sums of its chunks.
   void Measure(size_t t, size_t parts) {
-    const size_t c = job_.c;
-    float* own = scratch_ + t * scratch_floats_;
-    const size_t end = PartBegin(chunks_.count(), t + 1, parts);
-    for (size_t i = PartBegin(chunks_.count(), t, parts); i < end; ++i) {
-      size_t rows;
-      const size_t at = chunks_.Chunk(i, &rows);
-      const size_t sample = i / chunks_.rows().chunks();
-      ctx_.k.column_grad_sums(job_.x + at, job_.dy + at, rows, c, Map(sample, 0),
-                              Map(sample, 1), ctx_.from_memory, own, SumDy(i),
-                              SumDyXhat(i));
-    }
+    MeasureChunks(PartBegin(chunks_.count(), t, parts),
+                  PartBegin(chunks_.count(), t + 1, parts), t);
+  }
+  // On thread t: the per-column sums of a sample's chunks.
+  void MeasureSample(size_t sample, size_t t) {
+    const size_t per_sample = chunks_.rows().chunks();
+    MeasureChunks(sample * per_sample, (sample + 1) * per_sample, t);
   }
 
   // Once measured: set s's columns' chunks added into the sample's first chunk in a
@@ -231,19 +229,34 @@ class GradColumns {
 
   // Once every set is finished: part t of the rows mapped.
   void Apply(size_t t, size_t parts) {
-    const size_t c = job_.c;
     chunks_.ForEachRowPart(t, parts, [&](size_t sample, size_t r0, size_t r1) {
-      const size_t at = (sample * job_.spatial + r0) * c;
-      const float* rstd = Map(sample, 1);
-      ctx_.k.column_grad_apply(job_.x + at, job_.dy + at, r1 - r0, c,
-                               ColumnGrad{Map(sample, 0), rstd, Map(sample, 2),
-                                          Map(sample, 3), rstd, job_.gamma},
-                               ctx_.stream, job_.dx + at);
+      ApplyRows(sample, r0, r1);
     });
-    if (ctx_.stream) hwy::FlushStream();
+  }
+
+  // Once a sample's sets are finished: its rows [r0, r1) mapped.
+  void ApplyRows(size_t sample, size_t r0, size_t r1) {
+    const size_t c = job_.c, at = (sample * job_.spatial + r0) * c;
+    const float* rstd = Map(sample, 1);
+    ctx_.k.column_grad_apply(job_.x + at, job_.dy + at, r1 - r0, c,
+                             ColumnGrad{Map(sample, 0), rstd, Map(sample, 2),
+                                        Map(sample, 3), rstd, job_.gamma},
+                             ctx_.stream, job_.dx + at);
   }
 
  private:
+  void MeasureChunks(size_t i0, size_t i1, size_t t) {
+    float* own = scratch_ + t * scratch_floats_;
+    for (size_t i = i0; i < i1; ++i) {
+      size_t rows;
+      const size_t at = chunks_.Chunk(i, &rows);
+      const size_t sample = i / chunks_.rows().chunks();
+      ctx_.k.column_grad_sums(job_.x + at, job_.dy + at, rows, job_.c, Map(sample, 0),
+                              Map(sample, 1), ctx_.from_memory, own, SumDy(i),
+                              SumDyXhat(i));
+    }
+  }
+
   float* SumDy(size_t chunk) { return sums_ + 2 * chunk * job_.c; }
   float* SumDyXhat(size_t chunk) { return sums_ + (2 * chunk + 1) * job_.c; }
   // Array k of a sample's maps: mean, rstd, mean of a, mean of a x_hat.
@@ -266,16 +279,33 @@ nk_status BackwardColumns(const Context& ctx, const GroupNormJob& job, const flo
   GradColumns columns(ctx, job);
   if (!columns.Reserve()) return OutOfMemory(job);
   const size_t count = job.n * job.groups;
+  const size_t groups = job.groups;
+  const bool by_sample = columns.chunks().BySample(ctx.threads);
   SpinBarrier barrier;
   ForEachPart(ctx.threads, [&](size_t t, size_t parts) {
-    const size_t s0 = PartBegin(count, t, parts), s1 = PartBegin(count, t + 1, parts);
-    columns.SetStats(s0, s1, mean, rstd);
+    if (by_sample) {
+      // Each sample mapped right after its sums, while its x and dy are in cache.
+      const size_t end = PartBegin(job.n, t + 1, parts);
+      for (size_t sample = PartBegin(job.n, t, parts); sample < end; ++sample) {
+        columns.SetStats(sample * groups, (sample + 1) * groups, mean, rstd);
+        columns.MeasureSample(sample, t);
+        for (size_t s = sample * groups; s < (sample + 1) * groups; ++s) {
+          columns.Finish(s);
+        }
+        columns.ApplyRows(sample, 0, job.spatial);
+      }
+    } else {
+      const size_t s0 = PartBegin(count, t, parts), s1 = PartBegin(count, t + 1, parts);
+      columns.SetStats(s0, s1, mean, rstd);
+      barrier.Wait(parts);
+      columns.Measure(t, parts);
+      barrier.Wait(parts);
+      for (size_t s = s0; s < s1; ++s) columns.Finish(s);
+      barrier.Wait(parts);
+      columns.Apply(t, parts);
+    }
+    if (ctx.stream) hwy::FlushStream();
     barrier.Wait(parts);
-    columns.Measure(t, parts);
-    barrier.Wait(parts);
-    for (size_t s = s0; s < s1; ++s) columns.Finish(s);
-    barrier.Wait(parts);
-    columns.Apply(t, parts);
     ParamGrads(
         job, PartBegin(job.c, t, parts), PartBegin(job.c, t + 1, parts),
         [&](size_t sample, size_t ch) { return columns.Sums(sample, ch); }, dgamma,

@@ -96,6 +96,14 @@ class SampleChunks {
 
   const ColumnRows& rows() const { return rows_; }
   size_t count() const { return job_.n * rows_.chunks(); }
+  // Whether each thread takes whole samples, each mapped right after its sums or
+  // statistics while it is in cache: samples up to 8 MiB, when they balance the
+  // threads.
+  bool BySample(int threads) const {
+    const size_t t = static_cast<size_t>(threads);
+    return job_.spatial * job_.c * sizeof(float) <= (size_t{8} << 20) &&
+           (t == 1 || job_.n % t == 0 || job_.n >= 8 * t);
+  }
   // Chunk i: its first element and rows.
   size_t Chunk(size_t i, size_t* rows) const {
     const size_t sample = i / rows_.chunks(), ch = i % rows_.chunks();
@@ -147,14 +155,13 @@ class GroupColumns {
 
   // Part t of `parts`: the per-column moments of its chunks.
   void Measure(size_t t, size_t parts) {
-    float* own = scratch_ + t * scratch_floats_;
-    const size_t end = PartBegin(chunks_.count(), t + 1, parts);
-    for (size_t i = PartBegin(chunks_.count(), t, parts); i < end; ++i) {
-      size_t rows;
-      const size_t at = chunks_.Chunk(i, &rows);
-      k_.column_moments(job_.x + at, rows, job_.c, from_memory_, own, mean_ + i * job_.c,
-                        m2_ + i * job_.c);
-    }
+    MeasureChunks(PartBegin(chunks_.count(), t, parts),
+                  PartBegin(chunks_.count(), t + 1, parts), t);
+  }
+  // On thread t: the per-column moments of a sample's chunks.
+  void MeasureSample(size_t sample, size_t t) {
+    const size_t per_sample = chunks_.rows().chunks();
+    MeasureChunks(sample * per_sample, (sample + 1) * per_sample, t);
   }
 
   // Once every part is measured: set s's statistics. Its columns' chunks merge into
@@ -195,6 +202,16 @@ class GroupColumns {
   }
 
  private:
+  void MeasureChunks(size_t i0, size_t i1, size_t t) {
+    float* own = scratch_ + t * scratch_floats_;
+    for (size_t i = i0; i < i1; ++i) {
+      size_t rows;
+      const size_t at = chunks_.Chunk(i, &rows);
+      k_.column_moments(job_.x + at, rows, job_.c, from_memory_, own, mean_ + i * job_.c,
+                        m2_ + i * job_.c);
+    }
+  }
+
   const ChannelNormKernels& k_;
   const GroupNormJob& job_;
   const SampleChunks chunks_;

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """normkernels: NumPy bindings of libnormkernels (SIMD LayerNorm / RMSNorm / BatchNorm
-kernels).
+/ GroupNorm kernels).
 
 Arrays are float32. The LayerNorm family normalizes over the last axis, or over the
 trailing normalized_shape as torch.nn.functional.layer_norm (the leading axes are
@@ -9,10 +9,11 @@ row's axes contiguous, the leading axes one stride apart: x[:, :64] of a fused Q
 buffer, one head of a [tokens, heads, dim] array), read and written in place; arrays
 it creates are C-contiguous. BatchNorm normalizes per channel, axis 1 of
 (N, C, *spatial) or the last axis with channels_last, of C-contiguous arrays. gamma /
-beta may also be given as weight= / bias=, PyTorch's names. Zero-size inputs give
-empty outputs, as in PyTorch.
+beta may also be given as weight= / bias=, PyTorch's names. GroupNorm (and
+InstanceNorm, a group per channel) normalizes each sample's groups of channels, laid
+out as BatchNorm's. Zero-size inputs give empty outputs, as in PyTorch.
 
-The backward functions (layer_norm_backward, ..., batch_norm_backward) take the
+The backward functions (layer_norm_backward, ..., group_norm_backward) take the
 forward's saved statistics and give the gradients PyTorch's autograd gives.
 SyncBatchNorm's steps, for one shard of a batch spread over processes:
 batch_norm_moments, moments_merge (the allreduce), batch_norm_update_running and
@@ -52,6 +53,7 @@ __all__ = [
     "add_rms_norm_backward",
     "batch_norm", "batch_norm_moments", "moments_merge", "batch_norm_update_running",
     "batch_norm_backward", "batch_norm_backward_reduce", "batch_norm_backward_apply",
+    "group_norm", "instance_norm", "group_norm_backward", "instance_norm_backward",
     "isa", "available_isas", "set_isa", "num_threads", "set_num_threads", "version",
 ]
 
@@ -424,6 +426,15 @@ def _bn_input(x, channels_last):
     raise ValueError(f"x must be C-contiguous; {route}")
 
 
+def _affine(gamma, beta, weight, bias):
+    """gamma and beta, each given under our name or PyTorch's (weight, bias)."""
+    if weight is not None:
+        gamma = _alias(gamma, weight, "gamma", "weight")
+    if bias is not None:
+        beta = _alias(beta, bias, "beta", "bias")
+    return gamma, beta
+
+
 def _bn_shape(x, channels_last):
     """(n, c, spatial) of x: (N, C, *spatial), or (N, *spatial, C) with channels_last."""
     n = x.shape[0]
@@ -470,10 +481,7 @@ def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
     cumulative average, as PyTorch's BatchNorm with momentum=None: each update uses
     momentum = 1 / num_batches_tracked (after the increment), so that they are the
     mean of every batch's statistics."""
-    if weight is not None:
-        gamma = _alias(gamma, weight, "gamma", "weight")
-    if bias is not None:
-        beta = _alias(beta, bias, "beta", "bias")
+    gamma, beta = _affine(gamma, beta, weight, bias)
     eps = _float32(eps, "eps")
     x = _bn_input(x, channels_last)
     n, c, spatial = _bn_shape(x, channels_last)
@@ -566,14 +574,16 @@ def batch_norm_update_running(count, mean, m2, momentum, running_mean, running_v
                                                 _ptr(running_mean), _ptr(running_var)))
 
 
-def _bn_gradient_inputs(dy, x, mean, rstd, channels_last, stats):
+def _bn_gradient_inputs(dy, x, mean, rstd, channels_last, stats, groups=None):
     """The arguments every BatchNorm backward reads, checked: (x, dy, mean, rstd, n, c,
-    spatial, layout). stats: what mean and rstd are, for the message when missing."""
+    spatial, layout). stats: what mean and rstd are, for the message when missing.
+    With groups, GroupNorm's backward's: mean and rstd (n, groups), groups dividing c."""
     x = _bn_input(x, channels_last)
     n, c, spatial = _bn_shape(x, channels_last)
+    shape = (c,) if groups is None else (n, _groups(groups, c))
     dy = _array(_required(dy, "dy", _DY), "dy", x.shape)
-    mean = _channel_vector(_required(mean, stats[0]), stats[0], c)
-    rstd = _channel_vector(_required(rstd, stats[1]), stats[1], c)
+    mean = _array(_required(mean, stats[0]), stats[0], shape)
+    rstd = _array(_required(rstd, stats[1]), stats[1], shape)
     return x, dy, mean, rstd, n, c, spatial, _NHWC if channels_last else _NCHW
 
 
@@ -638,3 +648,94 @@ def batch_norm_backward_apply(dy, x, mean, rstd, total_count, sum_dy, sum_dy_xha
 
 
 _SUMS = "step 1's sums over every shard"
+
+
+# ---------------------------------------------------------------- GroupNorm
+
+_PER_CHANNEL = object()  # InstanceNorm's groups: one per channel
+
+
+def _groups(groups, c):
+    """groups, checked: a positive integer dividing the c channels; c for
+    _PER_CHANNEL."""
+    if groups is _PER_CHANNEL:
+        return c
+    groups = _integer(groups, "groups", "int64_t")
+    if groups < 1:
+        raise ValueError(f"groups = {groups}; it must be at least 1")
+    if c % groups:
+        raise ValueError(f"groups = {groups} does not divide the {c} channels of x")
+    return groups
+
+
+def group_norm(x, groups, gamma=None, beta=None, eps=1e-5, channels_last=False,
+               out=None, return_stats=False, *, weight=None, bias=None):
+    """GroupNorm, as torch.nn.functional.group_norm: the C channels of each sample fall
+    into groups of C / groups consecutive channels, each normalized over its channels
+    and spatial positions (biased variance); gamma, beta (weight, bias) per channel.
+    x: (N, C, *spatial), or (N, *spatial, C) with channels_last. out may be x.
+
+    Returns y, or (y, mean, rstd) with return_stats, shaped (N, groups) (as
+    torch.native_group_norm's); NaN for a group of no value."""
+    gamma, beta = _affine(gamma, beta, weight, bias)
+    eps = _float32(eps, "eps")
+    x = _bn_input(x, channels_last)
+    n, c, spatial = _bn_shape(x, channels_last)
+    groups = _groups(groups, c)
+    gamma = _channel_vector(gamma, "gamma", c)
+    beta = _channel_vector(beta, "beta", c)
+    y = _output(out, x, "out")
+    mean = np.empty((n, groups), np.float32) if return_stats else None
+    rstd = np.empty((n, groups), np.float32) if return_stats else None
+    if x.size:  # with no value, nothing to do (InstanceNorm's groups may be c = 0)
+        _check(_lib.nk_groupnorm_forward_f32(
+            n, c, spatial, groups, _NHWC if channels_last else _NCHW, _ptr(x),
+            _ptr(gamma), _ptr(beta), eps, _ptr(y), _ptr(mean), _ptr(rstd)))
+    elif return_stats:  # the statistics of no value
+        mean.fill(np.nan)
+        rstd.fill(np.nan)
+    return (y, mean, rstd) if return_stats else y
+
+
+def instance_norm(x, gamma=None, beta=None, eps=1e-5, channels_last=False, out=None,
+                  return_stats=False, *, weight=None, bias=None):
+    """InstanceNorm, as torch.nn.functional.instance_norm without running statistics:
+    each channel of each sample normalized on its own (group_norm with a group per
+    channel). Returns y, or (y, mean, rstd), these shaped (N, C)."""
+    return group_norm(x, _PER_CHANNEL, gamma, beta, eps, channels_last, out,
+                      return_stats, weight=weight, bias=bias)
+
+
+def group_norm_backward(dy, x, mean, rstd, groups, gamma=None, channels_last=False, *,
+                        out=None, param_grads=True, weight=None):
+    """The gradients of group_norm, as torch.nn.GroupNorm's autograd gives them, for
+    the gradient dy of its y: returns (dx, dgamma, dbeta).
+
+    mean, rstd: the forward's saved statistics (group_norm(..., return_stats=True)),
+    (N, groups), required; taken as exact. dgamma, dbeta: the gradients of gamma and
+    beta, summed over the samples and spatial positions; param_grads=False skips them
+    (None). x and dy as the forward's x (channels_last the same); out may be dy (in
+    place)."""
+    gamma = _alias(gamma, weight, "gamma", "weight")
+    _flag(param_grads, "param_grads")
+    x, dy, mean, rstd, n, c, spatial, layout = _bn_gradient_inputs(
+        dy, x, mean, rstd, channels_last, ("mean", "rstd"), groups)
+    gamma = _channel_vector(gamma, "gamma", c)
+    dx = _output(out, x, "out")
+    # Sums over the samples: with no value they are 0.
+    new = np.empty if x.size else np.zeros
+    dgamma = new(c, np.float32) if param_grads else None
+    dbeta = new(c, np.float32) if param_grads else None
+    if x.size:
+        _check(_lib.nk_groupnorm_backward_f32(
+            n, c, spatial, mean.shape[1], layout, _ptr(x), _ptr(dy), _ptr(mean),
+            _ptr(rstd), _ptr(gamma), _ptr(dx), _ptr(dgamma), _ptr(dbeta)))
+    return dx, dgamma, dbeta
+
+
+def instance_norm_backward(dy, x, mean, rstd, gamma=None, channels_last=False, *,
+                           out=None, param_grads=True, weight=None):
+    """The gradients of instance_norm: group_norm_backward with a group per channel
+    (mean, rstd (N, C))."""
+    return group_norm_backward(dy, x, mean, rstd, _PER_CHANNEL, gamma, channels_last,
+                               out=out, param_grads=param_grads, weight=weight)

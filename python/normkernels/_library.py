@@ -78,6 +78,12 @@ _SIGNATURES = {
     "nk_batchnorm_backward_apply_f32": (_status, [
         _size_t, _size_t, _size_t, ctypes.c_int, _addr, _addr, _addr, _addr, _addr,
         ctypes.c_uint64, _addr, _addr, _addr]),
+    "nk_groupnorm_forward_f32": (_status, [
+        _size_t, _size_t, _size_t, _size_t, ctypes.c_int, _addr, _addr, _addr,
+        ctypes.c_float, _addr, _addr, _addr]),
+    "nk_groupnorm_backward_f32": (_status, [
+        _size_t, _size_t, _size_t, _size_t, ctypes.c_int, _addr, _addr, _addr, _addr,
+        _addr, _addr, _addr, _addr]),
     "nk_batchnorm_moments_f32": (_status, [_size_t, _size_t, _size_t, ctypes.c_int,
                                            _addr, _addr, _addr]),
     "nk_moments_merge_f32": (_status, [_size_t, ctypes.c_uint64, _addr, _addr,

@@ -166,15 +166,76 @@ def bn_running_reference(x, running, momentum, eps=1e-5):
             + momentum * var_bound(x, var, eps) * unbiased + 2 * U * np.abs(var_after))
 
 
-def bn_gradient_bounds(dy, x, used, exact, gamma):
+def bn_gradient_bounds(dy, x, used, exact, gamma, backward=None):
     """Bounds on BatchNorm's (dx, dgamma, dbeta) of x (N, C, ...) against PyTorch's
     float64 gradients, from the statistics used = (mean, rstd) (the forward's saved
     ones) and the exact ones: design.md's bound (ours against the float64 reference at
     the used statistics), plus what the used statistics' own error makes of the exact
     gradient (the reference at the used and at the exact statistics), plus both
-    float64 computations' rounding (the bound again, u = 2^-53, sums in any order)."""
-    at_used = bn_backward_reference(dy, x, *used, gamma, False)
-    at_exact = bn_backward_reference(dy, x, *exact, gamma, False, u=2.0 ** -53,
-                                     depth=lambda n: n)
+    float64 computations' rounding (the bound again, u = 2^-53, sums in any order).
+    backward(dy, x, mean, rstd, gamma, u=, depth=): another norm's reference (GroupNorm's)
+    in place of BatchNorm's."""
+    if backward is None:
+        def backward(*args, **kw):
+            return bn_backward_reference(*args, False, **kw)
+    at_used = backward(dy, x, *used, gamma)
+    at_exact = backward(dy, x, *exact, gamma, u=2.0 ** -53, depth=lambda n: n)
     return [at_used[3 + i] + np.abs(at_used[i] - at_exact[i]) + 2 * at_exact[3 + i]
             for i in range(3)]
+
+
+def _sets(a, groups, channels_last):
+    """a (N, C, *spatial), or (N, *spatial, C) with channels_last, in float64 as the
+    GroupNorm sets along the last axis: (N, groups, C / groups * spatial)."""
+    a = np.moveaxis(a, -1, 1) if channels_last else a
+    return a.astype(np.float64).reshape(a.shape[0], groups, -1)
+
+
+def _from_sets(a, shape, channels_last):
+    """_sets undone: a laid out as an array of shape (x's)."""
+    if not channels_last:
+        return a.reshape(shape)
+    return np.moveaxis(a.reshape((shape[0], shape[-1]) + shape[1:-1]), 1, -1)
+
+
+def _per_element(v, shape, groups, channels_last):
+    """A per-channel vector as a factor of _sets' values, (groups, C / groups *
+    spatial); None stays None."""
+    if v is None:
+        return None
+    c = shape[-1] if channels_last else shape[1]
+    spatial = int(np.prod(shape[1:-1] if channels_last else shape[2:]))
+    return np.repeat(v.astype(np.float64), spatial).reshape(groups, c // groups * spatial)
+
+
+def gn_reference(x, groups, gamma=None, beta=None, eps=1e-5, channels_last=False):
+    """float64 GroupNorm of x (N, C, *spatial) or (N, *spatial, C): (y, mean, rstd,
+    bound on y), mean and rstd (N, groups); design.md's bound with each set's own size
+    and largest magnitude."""
+    sets = _sets(x, groups, channels_last)
+    g, b = (_per_element(v, x.shape, groups, channels_last) for v in (gamma, beta))
+    y, mean, r, bound = reference(sets, gamma=g, beta=b, eps=eps)
+    return (_from_sets(y, x.shape, channels_last), mean, r,
+            _from_sets(bound, x.shape, channels_last))
+
+
+def gn_stat_bounds(x, groups, rstd_ref, channels_last=False):
+    """design.md's bounds on GroupNorm's mean and rstd, (N, groups)."""
+    return stat_bounds(_sets(x, groups, channels_last), rstd_ref)
+
+
+def gn_backward_reference(dy, x, mean, r, groups, gamma=None, channels_last=False, u=U,
+                          depth=_lg):
+    """float64 gradients of GroupNorm from the given statistics (N, groups), taken as
+    exact, and design.md's bounds, as backward_reference: dx and its bound laid out as
+    x, dgamma and dbeta per channel (sums over the samples and spatial positions)."""
+    xs, dys = _sets(x, groups, channels_last), _sets(dy, groups, channels_last)
+    per_set = [v.astype(np.float64)[..., None] for v in (mean, r)]
+    g = _per_element(gamma, x.shape, groups, channels_last)
+    dx, xhat, dx_bound = _set_gradients(dys, xs, *per_set, g, u, depth)
+    n, c = xs.shape[0], x.shape[-1] if channels_last else x.shape[1]
+    dys, xhat = (np.moveaxis(a.reshape(n, c, -1), 1, 0).reshape(c, -1)
+                 for a in (dys, xhat))
+    return (_from_sets(dx, x.shape, channels_last), (dys * xhat).sum(1), dys.sum(1),
+            _from_sets(dx_bound, x.shape, channels_last),
+            *_sum_bounds(dys, xhat, 1, u, depth))

@@ -28,6 +28,8 @@ def with_eps(eps):
         "batch_norm training": lambda: nk.batch_norm(x3, rm3.copy(), rv3.copy(), g3, b3,
                                                      training=True, eps=eps),
         "batch_norm inference": lambda: nk.batch_norm(x3, rm3, rv3, g3, b3, eps=eps),
+        "group_norm": lambda: nk.group_norm(x3, 3, g3, b3, eps=eps),
+        "instance_norm": lambda: nk.instance_norm(x3, g3, b3, eps=eps),
     }
 
 

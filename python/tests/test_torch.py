@@ -13,6 +13,7 @@ from reference import backward_reference, data, reference
 torch = pytest.importorskip("torch")
 import normkernels.torch as nkt  # noqa: E402 (needs torch)
 from sparse_gradient import SparseGradient  # noqa: E402
+from torch_steps import sgd_losses  # noqa: E402
 
 NAMES = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"]
 F64 = torch.float64
@@ -103,19 +104,10 @@ def test_gradients_are_pytorchs_within_the_bound(name, shape):
     assert (t["bias"].grad is None) == (not center)
 
 
-def training_losses(model, steps=5):
-    """Losses of steps of SGD on a fixed batch."""
+def training_losses(model):
+    """Losses of five steps of SGD on a fixed batch."""
     torch.manual_seed(1)
-    x, target = torch.randn(64, 16), torch.randn(64, 4)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), target)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return sgd_losses(model, torch.randn(64, 16), torch.randn(64, 4))
 
 
 @pytest.mark.parametrize("theirs, ours", [(torch.nn.LayerNorm, nkt.LayerNorm),

@@ -3,18 +3,17 @@
 torch.nn's BatchNorm in float64 within bounds derived from design.md's, in training and
 eval modes and both memory formats; the modules as PyTorch's; channels_last read where
 it lies; what is refused or handed to PyTorch (fallback=True)."""
-import copy
-
 import numpy as np
 import pytest
 
 import normkernels as nk
-from reference import (U, bn_gradient_bounds, bn_inference_reference, bn_reference,
-                       bn_running_reference, data)
+from reference import bn_gradient_bounds, bn_reference, bn_running_reference, data
 
 torch = pytest.importorskip("torch")
 import normkernels.torch as nkt  # noqa: E402 (needs torch)
 from sparse_gradient import SparseGradient  # noqa: E402
+from torch_steps import (conv_losses, eval_is_pytorchs, float64_slack,  # noqa: E402
+                         in_layout, same_gradients_in_any_layout, step, within)
 
 F64 = torch.float64
 EPS = 1e-5
@@ -23,23 +22,6 @@ CASES = [("BatchNorm1d", (16, 5), False), ("BatchNorm1d", (4, 6, 9), False),
          ("BatchNorm1d", (4, 6, 9), True), ("BatchNorm2d", (4, 3, 5, 7), False),
          ("BatchNorm2d", (4, 3, 5, 7), True), ("BatchNorm3d", (2, 4, 3, 5, 2), False),
          ("BatchNorm3d", (2, 4, 3, 5, 2), True)]
-
-
-def in_layout(a, channels_last):
-    """a (N, C, *spatial) as a float32 tensor, channels last in memory when asked."""
-    t = torch.from_numpy(a)
-    return t.movedim(1, -1).contiguous().movedim(-1, 1) if channels_last else t
-
-
-def step(module, x, dy):
-    """One forward and backward from dy: (y, dx, dweight, dbias), gradients cleared
-    first."""
-    module.zero_grad(set_to_none=True)
-    x = x.detach().requires_grad_()
-    y = module(x)
-    y.backward(dy)
-    grads = [None if p is None else p.grad for p in (module.weight, module.bias)]
-    return [y.detach(), x.grad] + grads
 
 
 def pair(name, c, w, b, **kw):
@@ -51,16 +33,6 @@ def pair(name, c, w, b, **kw):
             module.weight.copy_(torch.from_numpy(w))
             module.bias.copy_(torch.from_numpy(b))
     return ours, theirs
-
-
-def within(got, want, bound):
-    return np.all(np.abs(got.numpy() - want.numpy()) <= bound)
-
-
-def float64_slack(bound, count):
-    """bound, widened by what PyTorch's float64 computation of y may round: as much
-    over count values at u = 2^-53 (the terms of the bound are its terms)."""
-    return bound * (1 + count * 2.0 ** -29)
 
 
 @pytest.mark.parametrize("momentum", [0.1, None])
@@ -97,11 +69,8 @@ def test_training_is_pytorchs_within_the_bound(name, shape, channels_last, momen
 
 @pytest.mark.parametrize("name, shape, channels_last", CASES)
 def test_eval_is_pytorchs_within_the_bound(name, shape, channels_last):
-    """Eval mode against torch.nn's in float64 with the same running statistics: y, and
-    the gradients of the per-channel affine map it is: dx = dy * weight * rstd (the
-    library's inference forward of dy: weight * rstd and the product each rounded
-    once), dgamma = sum dy * x_hat and dbeta = sum dy (its backward sums, from
-    rstd = rsqrt(running_var + eps) in float32)."""
+    """Eval mode against torch.nn's in float64 with the same running statistics: y and
+    the gradients within the bounds of eval_is_pytorchs."""
     c = shape[1]
     w, b = data((c,), 3), data((c,), 4)
     rm, rv = data((c,), 5), np.abs(data((c,), 6)) + 0.5
@@ -111,15 +80,7 @@ def test_eval_is_pytorchs_within_the_bound(name, shape, channels_last):
         module.running_var.copy_(torch.from_numpy(rv))
         module.eval()
     x, dy = data(shape, 7, offset=1.0), data(shape, 8)
-    got = step(ours, in_layout(x, channels_last), in_layout(dy, channels_last))
-    want = step(theirs, torch.from_numpy(x).double(), torch.from_numpy(dy).double())
-    _, y_bound = bn_inference_reference(x, rm, rv, w, b, EPS, False)
-    assert within(got[0], want[0], float64_slack(y_bound, 1))
-    assert within(got[1], want[1], 3 * U * np.abs(want[1].numpy()) + 1e-30)
-    rstd = torch.rsqrt(torch.from_numpy(rv) + EPS).numpy()
-    bounds = bn_gradient_bounds(dy, x, (rm, rstd), (rm, 1 / np.sqrt(rv + EPS)), w)
-    for g, theirs_g, bound in zip(got[2:], want[2:], bounds[1:]):
-        assert within(g, theirs_g, bound)
+    assert eval_is_pytorchs(ours, theirs, x, dy, w, b, channels_last)
     assert int(ours.num_batches_tracked) == 0
 
 
@@ -129,28 +90,8 @@ def test_training_gives_pytorchs_losses(memory_format):
     """Conv-BatchNorm-ReLU-Linear from the same initial weights, in either memory
     format: the same losses, within 1e-5 relative, for five SGD steps, and the same
     running statistics."""
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8),
-                                torch.nn.ReLU(), torch.nn.Flatten(),
-                                torch.nn.Linear(8 * 6 * 6, 4))
-    with torch.no_grad():
-        model[1].weight.normal_()
-    model = model.to(memory_format=memory_format)
-    mine = copy.deepcopy(model)
-    mine[1] = nkt.BatchNorm2d(8)
-    mine[1].load_state_dict(model[1].state_dict())
-    x = torch.randn(16, 3, 8, 8).contiguous(memory_format=memory_format)
-    target = torch.randn(16, 4)
-    losses = []
-    for m in (model, mine):
-        opt = torch.optim.SGD(m.parameters(), lr=0.1)
-        losses.append([])
-        for _ in range(5):
-            opt.zero_grad()
-            loss = torch.nn.functional.mse_loss(m(x), target)
-            loss.backward()
-            opt.step()
-            losses[-1].append(loss.item())
+    model, mine, *losses = conv_losses(torch.nn.BatchNorm2d(8), nkt.BatchNorm2d(8),
+                                       memory_format)
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
     assert losses[1][-1] < losses[1][0]
     for name in ("running_mean", "running_var"):
@@ -195,7 +136,7 @@ def test_channels_last_is_read_where_it_lies():
     the (N, *spatial, C) array of the same memory. A transposed view is copied."""
     for shape in ((4, 6, 9), (4, 3, 5, 7), (2, 4, 3, 5, 2)):
         x = in_layout(data(shape, 1), True)
-        assert nkt._batchnorm._layout(x) == (x, nk._NHWC)
+        assert nkt._tensors.channel_layout(x) == (x, nk._NHWC)
         w, b = data((shape[1],), 2), data((shape[1],), 3)
         y = nkt.batch_norm(x, None, None, torch.from_numpy(w), torch.from_numpy(b), True)
         nhwc = x.movedim(1, -1)
@@ -203,22 +144,14 @@ def test_channels_last_is_read_where_it_lies():
         want = nk.batch_norm(nhwc.numpy(), None, None, w, b, True, channels_last=True)
         np.testing.assert_array_equal(y.movedim(1, -1).numpy(), want)
     x = torch.from_numpy(data((4, 3, 5, 7), 4))
-    copied, layout = nkt._batchnorm._layout(x.transpose(2, 3))
+    copied, layout = nkt._tensors.channel_layout(x.transpose(2, 3))
     assert layout == nk._NCHW and copied.is_contiguous()
 
 
 def test_gradient_in_another_layout_is_that_of_its_copy():
     """dy contiguous for a channels_last y, or expanded (y.sum()): the gradients of dy
     laid out as x."""
-    x = in_layout(data((4, 3, 5, 7), 1), True)
-    bn = nkt.BatchNorm2d(3)
-    dy = torch.from_numpy(data((4, 3, 5, 7), 2))
-    grads = [step(bn, x, g)[1:] for g in (dy, in_layout(dy.numpy(), True))]
-    assert all(torch.equal(a, b) for a, b in zip(*grads))
-    ones = [step(bn, x, g)[1:] for g in (torch.ones(()).expand(4, 3, 5, 7),
-                                         in_layout(np.ones((4, 3, 5, 7), np.float32),
-                                                   True))]
-    assert all(torch.equal(a, b) for a, b in zip(*ones))
+    assert same_gradients_in_any_layout(nkt.BatchNorm2d(3), (4, 3, 5, 7))
 
 
 def test_gradients_of_some_inputs_only():

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""normkernels.torch: LayerNorm, RMSNorm, their fused residual-add forms, BatchNorm and
-SyncBatchNorm for PyTorch training, on libnormkernels' forward and backward (autograd
-Functions).
+"""normkernels.torch: LayerNorm, RMSNorm, their fused residual-add forms, BatchNorm,
+SyncBatchNorm, GroupNorm and InstanceNorm for PyTorch training, on libnormkernels'
+forward and backward (autograd Functions).
 
 Functions (as torch.nn.functional.layer_norm): layer_norm, rms_norm, add_layer_norm and
 add_rms_norm, the last two returning (y, x + residual). Modules: LayerNorm (a
@@ -21,6 +21,15 @@ bias in both modes. A channels_last input (torch.channels_last, channels_last_3d
 an (N, C, L) view of an (N, L, C) tensor) is read where it lies, and y and the input's
 gradient come in its memory format; other layouts are copied with .contiguous() first.
 
+GroupNorm and InstanceNorm: group_norm and instance_norm (as torch.nn.functional's)
+and GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d, which are torch.nn's
+(the same constructor arguments, parameters, buffers and state_dict). Each sample's
+groups of channels (InstanceNorm: each channel) are normalized with their own
+statistics. InstanceNorm's running statistics, when tracked (track_running_stats=True,
+or given to instance_norm), are updated as PyTorch's (with the batch's average of the
+instances' means and unbiased variances) and normalize in eval mode
+(use_input_stats=False: BatchNorm's inference). channels_last inputs as BatchNorm's.
+
 SyncBatchNorm, as torch.nn.SyncBatchNorm (its constructor, process_group included) but
 for CPU tensors over a torch.distributed process group (gloo): each process holds a
 shard of the batch; training normalizes every shard with the statistics of the whole
@@ -37,16 +46,20 @@ modules' constructors), which hands them to PyTorch's own operations. A module b
 for another dtype or device raises TypeError at once, unless fallback=True. x and
 residual are read where they lie when contiguous or row-strided (q of a fused QKV
 projection); other layouts are copied with .contiguous() first, as PyTorch's own CPU
-LayerNorm does. Outputs are new contiguous tensors (BatchNorm's: in x's layout).
+LayerNorm does. Outputs are new contiguous tensors (BatchNorm's and GroupNorm's: in
+x's layout).
 
 Importing normkernels does not import this module (nor torch): import
 normkernels.torch.
 """
 from ._batchnorm import BatchNorm1d, BatchNorm2d, BatchNorm3d, batch_norm
+from ._groupnorm import (GroupNorm, InstanceNorm1d, InstanceNorm2d, InstanceNorm3d,
+                         group_norm, instance_norm)
 from ._rownorm import (AddLayerNorm, AddRMSNorm, LayerNorm, RMSNorm, add_layer_norm,
                        add_rms_norm, layer_norm, rms_norm)
 from ._sync import SyncBatchNorm
 
 __all__ = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm", "batch_norm",
-           "LayerNorm", "RMSNorm", "AddLayerNorm", "AddRMSNorm", "BatchNorm1d",
-           "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"]
+           "group_norm", "instance_norm", "LayerNorm", "RMSNorm", "AddLayerNorm",
+           "AddRMSNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm",
+           "GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]

@@ -6,46 +6,11 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .. import _NCHW, _NHWC, _args, _check, _lib
-from ._tensors import F32, address, backward_once, dense, ours, refuse_unless_fallback
-from ._tensors import strided
+from .. import _args, _check, _lib
+from ._tensors import F32, FallbackModule, address, backward_once, channel_layout, dense
+from ._tensors import gradient, ours
 
 NAMES = "input", "running_mean", "running_var", "weight", "bias"
-_CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
-
-
-def _channels_last(t):
-    """Whether t (N, C, *spatial) is dense in memory as (N, *spatial, C)."""
-    memory_format = _CHANNELS_LAST.get(t.dim())
-    if memory_format is not None:
-        return t.is_contiguous(memory_format=memory_format)
-    return t.dim() > 2 and t.movedim(1, -1).is_contiguous()
-
-
-def _layout(t):
-    """(t as the library reads it, its layout): t itself when contiguous (NCHW) or
-    channels last in memory (NHWC: torch.channels_last, channels_last_3d, or an
-    (N, C, L) view of an (N, L, C) tensor), else a contiguous copy (differentiable)."""
-    if t.is_neg():  # a negated view: its memory holds -t
-        t = t.resolve_neg()
-    if t.is_contiguous():
-        return t, _NCHW
-    if _channels_last(t):
-        return t, _NHWC
-    return t.contiguous(), _NCHW
-
-
-def gradient(g, layout):
-    """The gradient g of y in x's layout, copied there when it lies otherwise."""
-    g = strided(g, "dy")
-    if layout == _NCHW:
-        return g if g.is_contiguous() else g.contiguous()
-    if _channels_last(g):
-        return g
-    memory_format = _CHANNELS_LAST.get(g.dim())
-    if memory_format is not None:
-        return g.contiguous(memory_format=memory_format)
-    return g.movedim(1, -1).contiguous().movedim(-1, 1)
 
 
 def plan(input, running_mean, running_var, weight, bias, training, momentum, eps):
@@ -72,7 +37,7 @@ def plan(input, running_mean, running_var, weight, bias, training, momentum, eps
         momentum = 0.0 if running_mean is None else _args.float32(momentum, "momentum")
     elif running_mean is None or running_var is None:
         raise ValueError("running_mean and running_var are required when not training")
-    x, layout = _layout(input)
+    x, layout = channel_layout(input)
     return x, (training, n, c, spatial, layout, eps, momentum, running_mean, running_var)
 
 
@@ -183,23 +148,17 @@ def module_arguments(module):
             module.running_var if tracked else None, training, momentum)
 
 
-class Module:
+class Module(FallbackModule):
     """What the library's BatchNorm modules add to PyTorch's (a base before theirs):
     fallback, and a forward on batch_norm."""
 
-    def __init__(self, *args, fallback=False, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fallback = fallback
-        refuse_unless_fallback(self, ("weight", "running_mean"))
+    checked = "weight", "running_mean"
 
     def forward(self, input):
         self._check_input_dim(input)
         running_mean, running_var, training, momentum = module_arguments(self)
         return batch_norm(input, running_mean, running_var, self.weight, self.bias,
                           training, momentum, self.eps, fallback=self.fallback)
-
-    def extra_repr(self):
-        return super().extra_repr() + (", fallback=True" if self.fallback else "")
 
 
 class BatchNorm1d(Module, torch.nn.BatchNorm1d):

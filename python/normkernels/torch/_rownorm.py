@@ -6,7 +6,8 @@ import torch
 from .. import _args
 from .. import _backward_call, _forward_call, _split_rows
 from ._tensors import F32 as _F32
-from ._tensors import backward_once, dense, ours, refuse_unless_fallback, strided
+from ._tensors import FallbackModule, backward_once, dense, ours, refuse_unless_fallback
+from ._tensors import strided
 
 
 def _rows(t, lead_ndim, cols):
@@ -172,23 +173,15 @@ def add_rms_norm(x, residual, normalized_shape, weight=None, eps=1e-6, *,
                  eps, fallback)
 
 
-class LayerNorm(torch.nn.LayerNorm):
+class LayerNorm(FallbackModule, torch.nn.LayerNorm):
     """torch.nn.LayerNorm on the library: the same constructor arguments (those of this
     PyTorch: normalized_shape, eps=1e-5, elementwise_affine=True, device, dtype, ...),
     parameters (weight, bias) and state_dict; fallback=True sends tensors the library
     does not take to torch.nn.LayerNorm's own forward."""
 
-    def __init__(self, *args, fallback=False, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.fallback = fallback
-        refuse_unless_fallback(self)
-
     def forward(self, x):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps,
                           fallback=self.fallback)
-
-    def extra_repr(self):
-        return super().extra_repr() + (", fallback=True" if self.fallback else "")
 
 
 class AddLayerNorm(LayerNorm):

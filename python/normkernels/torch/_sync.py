@@ -6,9 +6,9 @@ import torch
 import torch.distributed as dist
 
 from .. import _check, _lib
-from ._batchnorm import NAMES, Module, batch_norm, gradient, inference
-from ._batchnorm import module_arguments, plan
-from ._tensors import F32, address, backward_once, dense, ours, refuse_unless_fallback
+from ._batchnorm import NAMES, Module, batch_norm, inference, module_arguments, plan
+from ._tensors import F32, address, backward_once, dense, gradient, ours
+from ._tensors import refuse_unless_fallback
 
 
 def _merged_moments(x, n, c, spatial, layout, group, world):

@@ -1,11 +1,14 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What the autograd Functions share: the check that sends tensors to the library or to
-PyTorch's own op, tensors as the library reads them, and a backward without double
-backward."""
+"""What the autograd Functions and modules share: the check that sends tensors to the
+library or to PyTorch's own op, tensors as the library reads them (channels first or
+last), a backward without double backward, and the modules' fallback."""
 import torch
 from torch.autograd.function import once_differentiable
 
+from .. import _NCHW, _NHWC
+
 F32 = torch.float32
+_CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
 def ours(function, fallback, names, *tensors):
@@ -42,6 +45,23 @@ def refuse_unless_fallback(module, names=("weight",)):
             return
 
 
+class FallbackModule:
+    """A base before a torch.nn module's class: the keyword fallback of its constructor,
+    shown by repr. Without fallback, a module whose parameters or buffers (checked:
+    the first of these names that is not None) the library cannot take fails at
+    construction."""
+
+    checked = ("weight",)
+
+    def __init__(self, *args, fallback=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fallback = fallback
+        refuse_unless_fallback(self, self.checked)
+
+    def extra_repr(self):
+        return super().extra_repr() + (", fallback=True" if self.fallback else "")
+
+
 def dense(p):
     """A parameter (weight, bias) as the library reads it: contiguous, its values in
     memory."""
@@ -76,3 +96,39 @@ def backward_once(gradients):
 def address(t):
     """The address of t's data, or None (NULL) for None."""
     return None if t is None else t.data_ptr()
+
+
+def _channels_last(t):
+    """Whether t (N, C, *spatial) is dense in memory as (N, *spatial, C)."""
+    memory_format = _CHANNELS_LAST.get(t.dim())
+    if memory_format is not None:
+        return t.is_contiguous(memory_format=memory_format)
+    return t.dim() > 2 and t.movedim(1, -1).is_contiguous()
+
+
+def channel_layout(t):
+    """(t (N, C, *spatial) as the per-channel norms read it, its layout): t itself when
+    contiguous (NCHW) or channels last in memory (NHWC: torch.channels_last,
+    channels_last_3d, or an (N, C, L) view of an (N, L, C) tensor), else a contiguous
+    copy (differentiable)."""
+    if t.is_neg():  # a negated view: its memory holds -t
+        t = t.resolve_neg()
+    if t.is_contiguous():
+        return t, _NCHW
+    if _channels_last(t):
+        return t, _NHWC
+    return t.contiguous(), _NCHW
+
+
+def gradient(g, layout):
+    """The gradient g of y in x's layout (channel_layout's), copied there when it lies
+    otherwise."""
+    g = strided(g, "dy")
+    if layout == _NCHW:
+        return g if g.is_contiguous() else g.contiguous()
+    if _channels_last(g):
+        return g
+    memory_format = _CHANNELS_LAST.get(g.dim())
+    if memory_format is not None:
+        return g.contiguous(memory_format=memory_format)
+    return g.movedim(1, -1).contiguous().movedim(-1, 1)
