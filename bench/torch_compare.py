@@ -3,15 +3,15 @@
 libnormkernels against PyTorch's CPU operators, per call, on the shapes users run.
 
 Both sides are called from Python on the same float32 data: PyTorch's operators
-(F.layer_norm, also after torch.add(x, residual, out=), F.batch_norm, and RMSNorm as
-Hugging Face's Llama writes it, since this PyTorch has no F.rms_norm) and the
-normkernels binding with preallocated outputs (PyTorch has no out= for these and
+(F.layer_norm, also after torch.add(x, residual, out=), F.batch_norm, F.group_norm, and
+RMSNorm as Hugging Face's Llama writes it, since this PyTorch has no F.rms_norm) and
+the normkernels binding with preallocated outputs (PyTorch has no out= for these and
 allocates; run this with glibc's mmap turned off, MALLOC_MMAP_MAX_=0, as
 scripts/bench.sh does, so that its large outputs are reused memory rather than fresh
 pages, as with the caching allocators PyTorch recommends). Training steps (forward,
 then backward from a given dy, gradients cleared before each as zero_grad does) of
-LayerNorm, RMSNorm and BatchNorm (both memory formats) set PyTorch's autograd against
-two forms of the library: the binding (forward with return_stats, then its backward
+LayerNorm, RMSNorm, BatchNorm and GroupNorm (both memory formats) set PyTorch's
+autograd against two forms of the library: the binding (forward with return_stats, then its backward
 function, preallocated y and dx) and normkernels.torch's autograd Functions, which a
 PyTorch user runs. Tensors lie on 64-byte boundaries, as PyTorch's allocator places
 them. Batches of calls of the sides alternate, so that all see the same drift of the
@@ -178,11 +178,11 @@ def train_cases(rng):
             arrays, ("dx", "dgamma"))
 
 
-def bn_layouts(rng):
-    """For each BatchNorm shape and layout: (shape label, channels_last, x as a tensor
-    laid out so, the binding's array of the same memory ((N, H, W, C) for
+def bn_layouts(rng, shapes=((32, 64, 56, 56), (256, 256, 14, 14), (8, 512, 7, 7))):
+    """For each (N, C, H, W) of shapes and layout: (shape label, channels_last, x as a
+    tensor laid out so, the binding's array of the same memory ((N, H, W, C) for
     channels_last), the tensors' layout as the binding's, gamma, beta)."""
-    for n, c, h, w in [(32, 64, 56, 56), (256, 256, 14, 14), (8, 512, 7, 7)]:
+    for n, c, h, w in shapes:
         x = aligned(rng.standard_normal((n, c, h, w), dtype=np.float32))
         g = aligned(1 + 0.1 * rng.standard_normal(c))
         b = aligned(0.1 * rng.standard_normal(c))
@@ -254,6 +254,63 @@ def batchnorm_train_cases(rng):
             arrays, ("dx", "dgamma", "dbeta"))
 
 
+# GroupNorm's shapes: 32 groups (a diffusion U-Net's, a late CNN stage, batch 1), and
+# InstanceNorm (groups == C).
+GN_SHAPES = {(8, 256, 64, 64): 32, (32, 512, 14, 14): 32, (1, 64, 128, 128): 32,
+             (8, 64, 56, 56): 64}
+
+
+def gn_layouts(rng):
+    """bn_layouts of GroupNorm's shapes, each with its groups and its op's name."""
+    for shape, groups in GN_SHAPES.items():
+        op = "instance_norm" if groups == shape[1] else "group_norm"
+        for case in bn_layouts(rng, [shape]):
+            yield (*case, groups, op)
+
+
+def groupnorm_cases(rng):
+    """GroupNorm's forward: F.group_norm against the binding (preallocated y) and
+    normkernels.torch's group_norm."""
+    for shape, channels_last, tx, nx, layout, g, b, groups, op in gn_layouts(rng):
+        tg, tb = torch.from_numpy(g), torch.from_numpy(b)
+        y = aligned(nx)
+        yield Case(shape, lambda: F.group_norm(tx, groups, tg, tb, EPS), {
+            op: lambda: nk.group_norm(nx, groups, g, b, EPS, channels_last, out=y),
+            # (as the binding's layout: a view, as layout makes PyTorch's)
+            f"{op}, normkernels.torch": lambda: layout(nk_torch.group_norm(
+                tx, groups, tg, tb, EPS))},
+            layout)
+
+
+def groupnorm_train_cases(rng):
+    """Training steps of GroupNorm: F.group_norm's autograd, the binding (group_norm
+    with return_stats, then group_norm_backward, preallocated y and dx) and
+    normkernels.torch's group_norm."""
+    for shape, channels_last, tx, nx, layout, g, b, groups, op in gn_layouts(rng):
+        tdy = torch.from_numpy(rng.standard_normal(nx.shape, dtype=np.float32))
+        if channels_last:  # dy as autograd gives it after a channels_last network
+            tdy = tdy.permute(0, 3, 1, 2)
+        ndy = aligned(layout(tdy))
+        y, dx = aligned(nx), aligned(nx)
+        theirs, ours = leaves(tx, torch.from_numpy(g), torch.from_numpy(b))
+
+        def binding():
+            _, mean, rstd = nk.group_norm(nx, groups, g, b, EPS, channels_last, out=y,
+                                          return_stats=True)
+            grads = nk.group_norm_backward(ndy, nx, mean, rstd, groups, g,
+                                           channels_last, out=dx)
+            return (np.moveaxis(grads[0], -1, 1) if channels_last else grads[0],
+                    *grads[1:])  # dx as (N, C, H, W), PyTorch's shape
+
+        yield Case(shape, lambda: step(
+            lambda t, w, bias: F.group_norm(t, groups, w, bias, EPS), theirs, tdy), {
+            f"{op} train": binding,
+            f"{op} train, normkernels.torch": lambda: step(
+                lambda t, w, bias: nk_torch.group_norm(t, groups, w, bias, EPS), ours,
+                tdy)},
+            arrays, ("dx", "dgamma", "dbeta"))
+
+
 def torch_isa():
     """The instruction set PyTorch's own CPU kernels run at, as its build reports it."""
     found = re.search(r"CPU capability usage: (\S+)", torch.__config__.show())
@@ -289,7 +346,7 @@ def table(threads, batches, quick):
         torch.set_num_threads(t)
         nk.set_num_threads(t)
         for cases in (rownorm_cases, train_cases, batchnorm_cases,
-                      batchnorm_train_cases):
+                      batchnorm_train_cases, groupnorm_cases, groupnorm_train_cases):
             for k, case in enumerate(cases(rng)):
                 if quick and k >= 3:
                     break
