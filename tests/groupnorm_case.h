@@ -42,6 +42,18 @@ struct GnCase {
     return layout == NK_LAYOUT_NCHW ? (ni * c + ch) * spatial + p
                                     : (ni * spatial + p) * c + ch;
   }
+  // fn(j, channel, index) for every element of set s, in order, without the divisions
+  // of Index (which bound the checks of the 32 MiB tests).
+  template <class Fn>
+  void ForEach(size_t s, const Fn& fn) const {
+    const size_t ni = s / groups, cg = c / groups, ch0 = s % groups * cg;
+    const bool nchw = layout == NK_LAYOUT_NCHW;
+    for (size_t ch = ch0, j = 0; ch < ch0 + cg; ++ch) {
+      for (size_t p = 0; p < spatial; ++p, ++j) {
+        fn(j, ch, nchw ? (ni * c + ch) * spatial + p : (ni * spatial + p) * c + ch);
+      }
+    }
+  }
   std::string Describe() const {
     std::ostringstream os;
     os << "n=" << n << " c=" << c << " spatial=" << spatial << " groups=" << groups
@@ -67,7 +79,7 @@ struct GnRun {
 inline std::vector<float> SetValues(const GnCase& k, const std::vector<float>& t,
                                     size_t s) {
   std::vector<float> v(k.set_size());
-  for (size_t j = 0; j < v.size(); ++j) v[j] = t[k.Index(s, j)];
+  k.ForEach(s, [&](size_t j, size_t, size_t at) { v[j] = t[at]; });
   return v;
 }
 
@@ -75,7 +87,7 @@ inline std::vector<float> SetValues(const GnCase& k, const std::vector<float>& t
 inline std::vector<float> SetParams(const GnCase& k, bool given,
                                     const std::vector<float>& p, float absent, size_t s) {
   std::vector<float> v(k.set_size(), absent);
-  for (size_t j = 0; given && j < v.size(); ++j) v[j] = p[k.Channel(s, j)];
+  if (given) k.ForEach(s, [&](size_t j, size_t ch, size_t) { v[j] = p[ch]; });
   return v;
 }
 
@@ -85,9 +97,8 @@ inline void FillInputs(const GnCase& k, Buffer& x, Buffer& gamma, Buffer& beta,
   const uint32_t seed = Seed(k.n * 7919 + k.c * 104729 + k.spatial + k.groups * 31);
   FillNormal(x, seed);
   for (size_t s = 0; s < k.sets(); ++s) {
-    for (size_t j = 0; j < k.set_size(); ++j) {
-      x[k.Index(s, j)] += static_cast<float>(k.Channel(s, j) % 5);
-    }
+    k.ForEach(s,
+              [&](size_t, size_t ch, size_t at) { x[at] += static_cast<float>(ch % 5); });
   }
   FillNormal(gamma, seed + 1, 1.0f, 0.5f);
   FillNormal(beta, seed + 2, 0.0f, 0.5f);
@@ -205,10 +216,12 @@ inline int CheckGn(const GnCase& k, const GnRun& r) {
   for (size_t s = 0; s < k.sets() && f.count() < 5; ++s) {
     const RowRef ref = SetRef(k, r, s);
     if (!k.stats) {  // not written
-      if (!std::isnan(r.mean[s]))
+      if (!std::isnan(r.mean[s])) {
         f.Add(Where(k, "mean (not wanted)", s, kWholeSet), r.mean[s], NAN, 0);
-      if (!std::isnan(r.rstd[s]))
+      }
+      if (!std::isnan(r.rstd[s])) {
         f.Add(Where(k, "rstd (not wanted)", s, kWholeSet), r.rstd[s], NAN, 0);
+      }
     } else {
       const long double bm = BoundMean(m, ref), br = BoundRstd(m, ref);
       if (!MeetsStat(r.mean[s], ref.mean, bm)) {
@@ -218,15 +231,14 @@ inline int CheckGn(const GnCase& k, const GnRun& r) {
         f.Add(Where(k, "rstd", s, kWholeSet), r.rstd[s], ref.rstd, br);
       }
     }
-    for (size_t j = 0; j < m; ++j) {
-      const size_t ch = k.Channel(s, j);
+    bool reported = false;  // one y per set
+    k.ForEach(s, [&](size_t j, size_t ch, size_t at) {
       const long double bound =
           BoundY(m, ref, j, k.gamma ? r.gamma[ch] : 1.0f, k.beta ? r.beta[ch] : 0.0f);
-      const float got = r.y[k.Index(s, j)];
-      if (Meets(got, ref.y[j], bound)) continue;
-      f.Add(Where(k, "y", s, j), got, ref.y[j], bound);
-      break;  // one per set
-    }
+      if (reported || Meets(r.y[at], ref.y[j], bound)) return;
+      f.Add(Where(k, "y", s, j), r.y[at], ref.y[j], bound);
+      reported = true;
+    });
   }
   return f.count();
 }
@@ -237,12 +249,10 @@ inline int CheckGnGrad(const GnCase& k, const GnRun& r) {
   EXPECT_EQ(r.status, NK_OK) << nk_last_error();
   if (r.status != NK_OK) return 1;
   Failures f;
-  const size_t m = k.set_size();
   std::vector<long double> dgamma(k.c), dbeta(k.c), abs_dg(k.c), abs_db(k.c);
   for (size_t s = 0; s < k.sets(); ++s) {
     const RowGradRef ref = SetGradRef(k, r, s);
-    for (size_t j = 0; j < m; ++j) {
-      const size_t ch = k.Channel(s, j), at = k.Index(s, j);
+    k.ForEach(s, [&](size_t j, size_t ch, size_t at) {
       dgamma[ch] += ref.dgamma_term[j];
       abs_dg[ch] += std::fabs(ref.dgamma_term[j]);
       dbeta[ch] += r.dy[at];
@@ -250,7 +260,7 @@ inline int CheckGnGrad(const GnCase& k, const GnRun& r) {
       if (f.count() < 5 && !Meets(r.dx[at], ref.dx[j], ref.dx_bound[j])) {
         f.Add(Where(k, "dx", s, j), r.dx[at], ref.dx[j], ref.dx_bound[j]);
       }
-    }
+    });
   }
   const size_t per_channel = k.n * k.spatial;  // R of the bound
   const auto param = [&](const char* what, bool wanted, float got, long double want,

@@ -383,16 +383,30 @@ void ExpectSameBitsForThreadCounts(const GnCase& k) {
   }
 }
 
-// Few large sets that must be split across threads (batch 1, 32 groups of a 64x64
-// plane; one set of 80044 values), many tiny ones (InstanceNorm of 8x512x7x7), and
-// groups of 3 channels.
+// Each shape is large enough for 3 threads (32768 elements each). Few large sets that
+// must be split across threads (batch 1, 32 groups of a 64x64 plane; one set of 100052
+// values, measured in pieces in parallel), many tiny ones (InstanceNorm of 8x512x7x7),
+// groups of 3 channels, and NHWC samples fewer than the threads or not a multiple of
+// them (5: measured by row chunks, then mapped across samples).
 TEST_P(GroupNormTest, ThreadCountDoesNotChangeBits) {
   for (nk_layout layout : kLayouts) {
     for (const GnCase& k :
-         {Shape(1, 64, 64 * 64, 32, layout), Shape(1, 4, 20011, 1, layout),
-          Shape(8, 512, 49, 512, layout), Shape(4, 96, 49, 32, layout)}) {
+         {Shape(1, 64, 64 * 64, 32, layout), Shape(1, 4, 25013, 1, layout),
+          Shape(8, 512, 49, 512, layout), Shape(5, 96, 15 * 15, 32, layout)}) {
       ExpectSameBitsForThreadCounts(k);
     }
+  }
+}
+
+// Tensors past 32 MiB together (x and y; x, dy and dx: each at the smallest such
+// shape) take the streaming stores; outputs one float past a line boundary in NHWC.
+TEST_P(GroupNormTest, LargeTensorsStream) {
+  for (nk_layout layout : kLayouts) {
+    GnCase k = Shape(4, 64, 128 * 128, 32, layout);
+    k.misalign = layout == NK_LAYOUT_NHWC ? 1 : 0;
+    CheckGnCase(k);
+    k.n = 3, k.spatial = 121 * 121;
+    CheckGnGradCase(k);
   }
 }
 
