@@ -240,18 +240,17 @@ std::vector<Channel> Gather(const Call& c, const std::vector<float>& arena) {
 }
 
 // Whether the bound is meaningful on a channel: it counts roundings, not overflow and
-// underflow. The kernels sum dy and dy * (x - mean), scale the latter by rstd into
-// sum_dy_xhat, and map dx = dy * k_dy + k_c - (x - mean) * k_x with k_dy = gamma *
-// rstd, k_c = k_dy * sum_dy / total, k_x = k_dy * rstd * sum_dy_xhat / total (header
-// comment of channelnorm_backward-inl.h). Every value formed stays below FLT_MAX / 16
-// (with room for its sums), and every rounded one whose error later scales (the terms
-// dy * (x - mean), sum_dy_xhat, k_dy, k_x; by the size their terms give them, as a sum
-// that cancels to 0 in exact arithmetic may not in fp32) is 0 or at least 2^-122: a
-// subnormal's absolute error (2^-150) times rstd, dy or x - mean would exceed the
-// bound's relative terms and its 1e-30. (This range is narrower than that of the
-// header's formula, which forms x_hat first: dy * (x - mean) overflows where dy * x_hat
-// does not, and rstd^2 in k_x leaves fp32 for rstd outside about [1e-19, 1e19], as for
-// |x - mean| ~ 1e25 that the forward normalizes. Such channels are left out here.)
+// underflow. The kernels form x_hat = (x - mean) * rstd, sum dy and dy * x_hat, and map
+// dx = k * (dy - mean_dy - x_hat * mean_dy_xhat) with k = gamma * rstd and the means
+// the sums / total, each rounded once (channelnorm_backward-inl.h, GradMap). Every
+// value formed stays below FLT_MAX / 16 (with room for its sums: an x_hat past fp32,
+// as rstd ~ 1e38 gives from |x - mean| > 2, is Inf in the kernel and finite in the
+// reference), and every rounded one whose error later scales (x_hat, the terms
+// dy * x_hat, mean_dy_xhat, k) is 0 or at least 2^-122: a subnormal's absolute error
+// (2^-150) times rstd, dy or x_hat would exceed the bound's relative terms and its
+// 1e-30. The one value dx rounds in between, dy - mean_dy - x_hat * mean_dy_xhat, may
+// be subnormal where its terms are 0 or together at least 2^-122, as its error is then
+// within their relative terms. Such channels are left out here, as in the forward.
 bool ChannelInRange(Op op, const Channel& ch) {
   const long double lo = 0x1p-122L, hi = FLT_MAX / 16.0L;
   const auto small = [&](long double v) { return std::fabs(v) <= hi; };
@@ -259,33 +258,40 @@ bool ChannelInRange(Op op, const Channel& ch) {
     return v == 0 || (std::fabs(v) >= lo && std::fabs(v) <= hi);
   };
   const size_t m = ch.x.size();
-  const long double r = std::fabs(static_cast<long double>(ch.rstd));
-  const long double g = std::fabs(static_cast<long double>(ch.gamma));
+  const long double r = ch.rstd, g = ch.gamma;
   if (!std::isfinite(ch.mean) || !std::isfinite(ch.rstd) || !std::isfinite(ch.gamma) ||
       !std::isfinite(ch.sum_dy) || !std::isfinite(ch.sum_dy_xhat)) {
     return false;
   }
-  long double abs_dy = 0, abs_dxc = 0, max_dy = 0, max_xc = 0;
+  std::vector<long double> xhat(m);
+  long double sum_dy = 0, sum_dy_xhat = 0, abs_dy = 0, abs_dy_xhat = 0;
   for (size_t j = 0; j < m; ++j) {
     if (!std::isfinite(ch.x[j]) || !std::isfinite(ch.dy[j])) return false;
     const long double xc = static_cast<long double>(ch.x[j]) - ch.mean, dy = ch.dy[j];
-    if (!small(xc) || (op != kApply && !sized(dy * xc))) return false;
+    xhat[j] = xc * r;
+    if (!small(xc) || !sized(xhat[j]) || (op != kApply && !sized(dy * xhat[j]))) {
+      return false;
+    }
+    sum_dy += dy;
+    sum_dy_xhat += dy * xhat[j];
     abs_dy += std::fabs(dy);
-    abs_dxc += std::fabs(dy * xc);
-    max_dy = std::fmax(max_dy, std::fabs(dy));
-    max_xc = std::fmax(max_xc, std::fabs(xc));
+    abs_dy_xhat += std::fabs(dy * xhat[j]);
   }
-  // The sums' sizes: of the terms (reduce, backward), or as given (apply).
-  if (op == kApply) {
-    abs_dy = std::fabs(static_cast<long double>(ch.sum_dy));
-    abs_dxc = r == 0 ? 0 : std::fabs(static_cast<long double>(ch.sum_dy_xhat)) / r;
-  }
-  if (!small(abs_dy) || !small(abs_dxc) || !sized(r * abs_dxc)) return false;
+  if (!small(abs_dy) || !small(abs_dy_xhat)) return false;
   if (op == kReduce) return true;
-  const long double k_dy = g * r, k_c = k_dy * abs_dy / ch.total,
-                    k_x = k_dy * r * r * abs_dxc / ch.total;
-  return sized(k_dy) && small(k_c) && sized(k_x) && small(max_dy * k_dy) &&
-         small(max_xc * k_x) && small(max_dy * k_dy + k_c + max_xc * k_x);
+  if (op == kApply) {  // the sums as given
+    sum_dy = ch.sum_dy;
+    sum_dy_xhat = ch.sum_dy_xhat;
+  }
+  const long double k = g * r, mean_dy = sum_dy / ch.total,
+                    mean_dy_xhat = sum_dy_xhat / ch.total;
+  if (!sized(k) || !small(mean_dy) || !sized(mean_dy_xhat)) return false;
+  for (size_t j = 0; j < m; ++j) {
+    const long double terms = std::fabs(static_cast<long double>(ch.dy[j])) +
+                              std::fabs(mean_dy) + std::fabs(xhat[j] * mean_dy_xhat);
+    if (!sized(terms) || !small(k * terms)) return false;
+  }
+  return true;
 }
 
 // apply's dx from the given sums (taken as exact, as the statistics are): the
