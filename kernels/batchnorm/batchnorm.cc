@@ -282,15 +282,7 @@ class Columns {
   // chunk 0's, in a pairwise tree (at width w, chunk a takes in chunk a + w). The merge
   // is per column, so the channels' partition does not change the bits.
   void Merge(size_t c0, size_t c1) {
-    const size_t c = job_.c;
-    if (c1 <= c0) return;
-    rows_.MergePairwise([&](size_t a, size_t b, size_t rows_a, size_t rows_b) {
-      const double na = static_cast<double>(rows_a), nb = static_cast<double>(rows_b);
-      const double n = na + nb;
-      k_.merge_columns(c1 - c0, static_cast<float>(nb / n),
-                       static_cast<float>(na * nb / n), mean_ + a * c + c0,
-                       m2_ + a * c + c0, mean_ + b * c + c0, m2_ + b * c + c0);
-    });
+    if (c1 > c0) MergeColumnChunks(k_, rows_, c1 - c0, job_.c, mean_ + c0, m2_ + c0);
   }
 
   // Once merged: channel ci's statistics.

@@ -221,14 +221,7 @@ class GradColumns {
 
   // Once every part is measured: the chunks' sums of channels [c0, c1) added into
   // chunk 0's, in a pairwise tree (at width w, chunk a takes in chunk a + w).
-  void Merge(size_t c0, size_t c1) {
-    rows_.MergePairwise([&](size_t a, size_t b, size_t, size_t) {
-      for (size_t ci = c0; ci < c1; ++ci) {
-        SumDy(a)[ci] += SumDy(b)[ci];
-        SumDyXhat(a)[ci] += SumDyXhat(b)[ci];
-      }
-    });
-  }
+  void Merge(size_t c0, size_t c1) { AddColumnChunks(rows_, job_.c, c0, c1, sums_); }
 
   // Once merged: channel ci's sums.
   GradSums Sums(size_t ci) { return {SumDy(0)[ci], SumDyXhat(0)[ci]}; }

@@ -189,6 +189,32 @@ inline size_t ColumnScratchFloats(size_t rows, size_t c) {
 // The table of `target` (a single HWY_* bit that this library compiled).
 const ChannelNormKernels& ChannelNormKernelsFor(long long target);
 
+// `width` columns of per-chunk moments (chunk i's at mean + i * ld, m2 + i * ld)
+// merged into chunk 0's in rows' pairwise tree, Chan's weights in double. Per column:
+// which columns one call takes does not change the bits.
+inline void MergeColumnChunks(const ChannelNormKernels& k, const ColumnRows& rows,
+                              size_t width, size_t ld, float* mean, float* m2) {
+  if (width == 0) return;
+  rows.MergePairwise([&](size_t a, size_t b, size_t rows_a, size_t rows_b) {
+    const double na = static_cast<double>(rows_a), nb = static_cast<double>(rows_b);
+    const double n = na + nb;
+    k.merge_columns(width, static_cast<float>(nb / n), static_cast<float>(na * nb / n),
+                    mean + a * ld, m2 + a * ld, mean + b * ld, m2 + b * ld);
+  });
+}
+
+// The backward's per-chunk column sums (chunk i's sums of dy at sums + 2 * i * c, of
+// dy * x_hat c further) of columns [c0, c1) added into chunk 0's, pairwise.
+inline void AddColumnChunks(const ColumnRows& rows, size_t c, size_t c0, size_t c1,
+                            float* sums) {
+  rows.MergePairwise([&](size_t a, size_t b, size_t, size_t) {
+    for (size_t ci = c0; ci < c1; ++ci) {
+      sums[2 * a * c + ci] += sums[2 * b * c + ci];
+      sums[(2 * a + 1) * c + ci] += sums[(2 * b + 1) * c + ci];
+    }
+  });
+}
+
 }  // namespace nk
 
 #endif  // NK_KERNELS_CHANNELNORM_H_

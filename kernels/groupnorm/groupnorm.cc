@@ -173,7 +173,9 @@ nk_status ForwardColumns(const ChannelNormKernels& k, const GroupNormJob& job,
       const size_t end = PartBegin(job.n, t + 1, parts);
       for (size_t sample = PartBegin(job.n, t, parts); sample < end; ++sample) {
         float* a = affine + sample * 5 * c;
-        columns.MeasureSample(sample, t);
+        size_t i0, i1;
+        columns.chunks().OfSample(sample, &i0, &i1);
+        columns.Measure(i0, i1, t);
         for (size_t s = sample * groups; s < (sample + 1) * groups; ++s) {
           FinishColumnSet(job, s, columns.Stats(s, job.eps), a, mean, rstd);
         }
@@ -185,7 +187,9 @@ nk_status ForwardColumns(const ChannelNormKernels& k, const GroupNormJob& job,
   }
   SpinBarrier barrier;
   ForEachPart(threads, [&](size_t t, size_t parts) {
-    columns.Measure(t, parts);
+    size_t i0, i1;
+    columns.chunks().Part(t, parts, &i0, &i1);
+    columns.Measure(i0, i1, t);
     barrier.Wait(parts);
     const size_t s1 = PartBegin(count, t + 1, parts);
     for (size_t s = PartBegin(count, t, parts); s < s1; ++s) {

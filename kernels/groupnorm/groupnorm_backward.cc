@@ -193,15 +193,17 @@ class GradColumns {
     }
   }
 
-  // Part t of `parts`: the per-column sums of its chunks.
-  void Measure(size_t t, size_t parts) {
-    MeasureChunks(PartBegin(chunks_.count(), t, parts),
-                  PartBegin(chunks_.count(), t + 1, parts), t);
-  }
-  // On thread t: the per-column sums of a sample's chunks.
-  void MeasureSample(size_t sample, size_t t) {
-    const size_t per_sample = chunks_.rows().chunks();
-    MeasureChunks(sample * per_sample, (sample + 1) * per_sample, t);
+  // The per-column sums of chunks [i0, i1) (SampleChunks' ranges), on thread t.
+  void Measure(size_t i0, size_t i1, size_t t) {
+    float* own = scratch_ + t * scratch_floats_;
+    for (size_t i = i0; i < i1; ++i) {
+      size_t rows;
+      const size_t at = chunks_.Chunk(i, &rows);
+      const size_t sample = i / chunks_.rows().chunks();
+      ctx_.k.column_grad_sums(job_.x + at, job_.dy + at, rows, job_.c, Map(sample, 0),
+                              Map(sample, 1), ctx_.from_memory, own, SumDy(i),
+                              SumDyXhat(i));
+    }
   }
 
   // Once measured: set s's columns' chunks added into the sample's first chunk in a
@@ -209,12 +211,7 @@ class GradColumns {
   void Finish(size_t s) {
     const size_t cg = job_.group_channels(), c0 = (s % job_.groups) * cg;
     const size_t sample = s / job_.groups, first = sample * chunks_.rows().chunks();
-    chunks_.rows().MergePairwise([&](size_t a, size_t b, size_t, size_t) {
-      for (size_t ch = c0; ch < c0 + cg; ++ch) {
-        SumDy(first + a)[ch] += SumDy(first + b)[ch];
-        SumDyXhat(first + a)[ch] += SumDyXhat(first + b)[ch];
-      }
-    });
+    AddColumnChunks(chunks_.rows(), job_.c, c0, c0 + cg, SumDy(first));
     const GradSums means =
         SetMeans(job_, s, [&](size_t j) { return Sums(sample, c0 + j); });
     std::fill(Map(sample, 2) + c0, Map(sample, 2) + c0 + cg, means.a);
@@ -245,18 +242,6 @@ class GradColumns {
   }
 
  private:
-  void MeasureChunks(size_t i0, size_t i1, size_t t) {
-    float* own = scratch_ + t * scratch_floats_;
-    for (size_t i = i0; i < i1; ++i) {
-      size_t rows;
-      const size_t at = chunks_.Chunk(i, &rows);
-      const size_t sample = i / chunks_.rows().chunks();
-      ctx_.k.column_grad_sums(job_.x + at, job_.dy + at, rows, job_.c, Map(sample, 0),
-                              Map(sample, 1), ctx_.from_memory, own, SumDy(i),
-                              SumDyXhat(i));
-    }
-  }
-
   float* SumDy(size_t chunk) { return sums_ + 2 * chunk * job_.c; }
   float* SumDyXhat(size_t chunk) { return sums_ + (2 * chunk + 1) * job_.c; }
   // Array k of a sample's maps: mean, rstd, mean of a, mean of a x_hat.
@@ -288,7 +273,9 @@ nk_status BackwardColumns(const Context& ctx, const GroupNormJob& job, const flo
       const size_t end = PartBegin(job.n, t + 1, parts);
       for (size_t sample = PartBegin(job.n, t, parts); sample < end; ++sample) {
         columns.SetStats(sample * groups, (sample + 1) * groups, mean, rstd);
-        columns.MeasureSample(sample, t);
+        size_t i0, i1;
+        columns.chunks().OfSample(sample, &i0, &i1);
+        columns.Measure(i0, i1, t);
         for (size_t s = sample * groups; s < (sample + 1) * groups; ++s) {
           columns.Finish(s);
         }
@@ -298,7 +285,9 @@ nk_status BackwardColumns(const Context& ctx, const GroupNormJob& job, const flo
       const size_t s0 = PartBegin(count, t, parts), s1 = PartBegin(count, t + 1, parts);
       columns.SetStats(s0, s1, mean, rstd);
       barrier.Wait(parts);
-      columns.Measure(t, parts);
+      size_t i0, i1;
+      columns.chunks().Part(t, parts, &i0, &i1);
+      columns.Measure(i0, i1, t);
       barrier.Wait(parts);
       for (size_t s = s0; s < s1; ++s) columns.Finish(s);
       barrier.Wait(parts);

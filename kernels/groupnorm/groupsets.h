@@ -39,9 +39,8 @@ class GroupSets {
     return t == 1 || count() % t == 0 || count() >= 8 * t;
   }
 
-  size_t pieces_per_set() const { return per_set_; }
   size_t pieces() const { return count() * per_set_; }
-  // Piece i (set i / pieces_per_set()): its offset and length.
+  // Piece i (of set i / the set's pieces): its offset and length.
   size_t Piece(size_t i, size_t* len) const {
     const size_t begin = (i % per_set_) * kChunk;
     *len = std::min(kChunk, length_ - begin);
@@ -104,6 +103,15 @@ class SampleChunks {
     return job_.spatial * job_.c * sizeof(float) <= (size_t{8} << 20) &&
            (t == 1 || job_.n % t == 0 || job_.n >= 8 * t);
   }
+  // The chunks of part t of `parts`, and of a sample: [*i0, *i1).
+  void Part(size_t t, size_t parts, size_t* i0, size_t* i1) const {
+    *i0 = PartBegin(count(), t, parts);
+    *i1 = PartBegin(count(), t + 1, parts);
+  }
+  void OfSample(size_t sample, size_t* i0, size_t* i1) const {
+    *i0 = sample * rows_.chunks();
+    *i1 = *i0 + rows_.chunks();
+  }
   // Chunk i: its first element and rows.
   size_t Chunk(size_t i, size_t* rows) const {
     const size_t sample = i / rows_.chunks(), ch = i % rows_.chunks();
@@ -153,15 +161,15 @@ class GroupColumns {
     return mean_ != nullptr && m2_ != nullptr && scratch_ != nullptr;
   }
 
-  // Part t of `parts`: the per-column moments of its chunks.
-  void Measure(size_t t, size_t parts) {
-    MeasureChunks(PartBegin(chunks_.count(), t, parts),
-                  PartBegin(chunks_.count(), t + 1, parts), t);
-  }
-  // On thread t: the per-column moments of a sample's chunks.
-  void MeasureSample(size_t sample, size_t t) {
-    const size_t per_sample = chunks_.rows().chunks();
-    MeasureChunks(sample * per_sample, (sample + 1) * per_sample, t);
+  // The per-column moments of chunks [i0, i1) (SampleChunks' ranges), on thread t.
+  void Measure(size_t i0, size_t i1, size_t t) {
+    float* own = scratch_ + t * scratch_floats_;
+    for (size_t i = i0; i < i1; ++i) {
+      size_t rows;
+      const size_t at = chunks_.Chunk(i, &rows);
+      k_.column_moments(job_.x + at, rows, job_.c, from_memory_, own, mean_ + i * job_.c,
+                        m2_ + i * job_.c);
+    }
   }
 
   // Once every part is measured: set s's statistics. Its columns' chunks merge into
@@ -170,13 +178,8 @@ class GroupColumns {
     const size_t c = job_.c, cg = job_.group_channels(), spatial = job_.spatial;
     const size_t sample = s / job_.groups, c0 = (s % job_.groups) * cg;
     const size_t first = sample * chunks_.rows().chunks();
-    chunks_.rows().MergePairwise([&](size_t a, size_t b, size_t rows_a, size_t rows_b) {
-      const double na = static_cast<double>(rows_a), nb = static_cast<double>(rows_b);
-      const double n = na + nb;
-      const size_t at_a = (first + a) * c + c0, at_b = (first + b) * c + c0;
-      k_.merge_columns(cg, static_cast<float>(nb / n), static_cast<float>(na * nb / n),
-                       mean_ + at_a, m2_ + at_a, mean_ + at_b, m2_ + at_b);
-    });
+    MergeColumnChunks(k_, chunks_.rows(), cg, c, mean_ + first * c + c0,
+                      m2_ + first * c + c0);
     const float* mean = mean_ + first * c + c0;
     const float* m2 = m2_ + first * c + c0;
     const float* x = job_.x + sample * spatial * c + c0;
@@ -202,16 +205,6 @@ class GroupColumns {
   }
 
  private:
-  void MeasureChunks(size_t i0, size_t i1, size_t t) {
-    float* own = scratch_ + t * scratch_floats_;
-    for (size_t i = i0; i < i1; ++i) {
-      size_t rows;
-      const size_t at = chunks_.Chunk(i, &rows);
-      k_.column_moments(job_.x + at, rows, job_.c, from_memory_, own, mean_ + i * job_.c,
-                        m2_ + i * job_.c);
-    }
-  }
-
   const ChannelNormKernels& k_;
   const GroupNormJob& job_;
   const SampleChunks chunks_;
