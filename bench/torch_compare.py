@@ -196,6 +196,20 @@ def bn_layouts(rng, shapes=((32, 64, 56, 56), (256, 256, 14, 14), (8, 512, 7, 7)
                    channels_last, tx, layout(tx), layout, g, b)
 
 
+def upstream_grad(rng, nx, channels_last, layout):
+    """A training step's dy: as autograd gives it after a network of this layout (a
+    channels_last tensor for channels_last), and as the binding's array of it."""
+    tdy = torch.from_numpy(rng.standard_normal(nx.shape, dtype=np.float32))
+    if channels_last:
+        tdy = tdy.permute(0, 3, 1, 2)
+    return tdy, aligned(layout(tdy))
+
+
+def as_nchw(grads, channels_last):
+    """The binding's (dx, dgamma, dbeta) with dx as (N, C, H, W), PyTorch's shape."""
+    return (np.moveaxis(grads[0], -1, 1) if channels_last else grads[0], *grads[1:])
+
+
 def batchnorm_cases(rng):
     """The same for BatchNorm, both layouts."""
     for shape, channels_last, tx, nx, layout, g, b in bn_layouts(rng):
@@ -225,10 +239,7 @@ def batchnorm_train_cases(rng):
     normkernels.torch's batch_norm, each with running statistics of its own."""
     for shape, channels_last, tx, nx, layout, g, b in bn_layouts(rng):
         c = g.size
-        tdy = torch.from_numpy(rng.standard_normal(nx.shape, dtype=np.float32))
-        if channels_last:  # dy as autograd gives it after a channels_last network
-            tdy = tdy.permute(0, 3, 1, 2)
-        ndy = aligned(layout(tdy))
+        tdy, ndy = upstream_grad(rng, nx, channels_last, layout)
         y, dx = aligned(nx), aligned(nx)
         theirs, ours = leaves(tx, torch.from_numpy(g), torch.from_numpy(b))
         running = [(torch.zeros(c), torch.ones(c)) for _ in range(2)]
@@ -238,8 +249,7 @@ def batchnorm_train_cases(rng):
             _, mean, rstd = nk.batch_norm(nx, n_mean, n_var, g, b, True, 0.1, EPS,
                                           channels_last, out=y, return_stats=True)
             grads = nk.batch_norm_backward(ndy, nx, mean, rstd, g, channels_last, out=dx)
-            return (np.moveaxis(grads[0], -1, 1) if channels_last else grads[0],
-                    *grads[1:])  # dx as (N, C, H, W), PyTorch's shape
+            return as_nchw(grads, channels_last)
 
         def torch_batch_norm(t, weight, bias):
             return F.batch_norm(t, *running[0], weight, bias, True, 0.1, EPS)
@@ -287,10 +297,7 @@ def groupnorm_train_cases(rng):
     with return_stats, then group_norm_backward, preallocated y and dx) and
     normkernels.torch's group_norm."""
     for shape, channels_last, tx, nx, layout, g, b, groups, op in gn_layouts(rng):
-        tdy = torch.from_numpy(rng.standard_normal(nx.shape, dtype=np.float32))
-        if channels_last:  # dy as autograd gives it after a channels_last network
-            tdy = tdy.permute(0, 3, 1, 2)
-        ndy = aligned(layout(tdy))
+        tdy, ndy = upstream_grad(rng, nx, channels_last, layout)
         y, dx = aligned(nx), aligned(nx)
         theirs, ours = leaves(tx, torch.from_numpy(g), torch.from_numpy(b))
 
@@ -299,8 +306,7 @@ def groupnorm_train_cases(rng):
                                           return_stats=True)
             grads = nk.group_norm_backward(ndy, nx, mean, rstd, groups, g,
                                            channels_last, out=dx)
-            return (np.moveaxis(grads[0], -1, 1) if channels_last else grads[0],
-                    *grads[1:])  # dx as (N, C, H, W), PyTorch's shape
+            return as_nchw(grads, channels_last)
 
         yield Case(shape, lambda: step(
             lambda t, w, bias: F.group_norm(t, groups, w, bias, EPS), theirs, tdy), {
