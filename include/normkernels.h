@@ -97,6 +97,7 @@ NK_API const char* nk_last_error(void);
 /* ---------------------------------------------------------------- types */
 
 typedef uint16_t nk_bf16; /* bfloat16 bit pattern (the top half of an IEEE float) */
+typedef uint16_t nk_f16;  /* IEEE 754 binary16 bit pattern (NumPy's float16) */
 
 typedef enum nk_layout {  /* spatial dims flattened into `spatial` */
   NK_LAYOUT_NCHW = 0,     /* [n][c][spatial], channels first */
@@ -209,6 +210,80 @@ NK_API nk_status nk_add_layernorm_forward_strided_f32(
 NK_API nk_status nk_add_rmsnorm_forward_strided_f32(
     size_t rows, size_t cols, const float* x, size_t ldx, const float* residual,
     size_t ldr, const float* gamma, float eps, float* sum, size_t lds, float* y,
+    size_t ldy, float* rrms);
+
+/* Half precision (bfloat16 _bf16, fp16 _f16): the same calls with the tensors x,
+   residual, sum and y in half; gamma, beta and the statistics stay float. Inputs are
+   widened exactly to fp32 and all arithmetic is fp32, so mean, rstd (rrms) are the
+   f32 kernel's on the widened input, bit for bit; every stored value is rounded once
+   to nearest, ties to even (NaN stays a quiet NaN; fp16 beyond 65504 by half a step,
+   |v| >= 65520, is Inf; subnormal results are kept). In the fused forms s = x +
+   residual is rounded to half once, and that rounded s is stored to sum and is what
+   is normalized, as a half residual stream holds it. Validation, aliasing, strides (in
+   elements) and thread independence as the f32 forms. */
+NK_API nk_status nk_layernorm_forward_bf16(size_t rows, size_t cols, const nk_bf16* x,
+                                           const float* gamma, const float* beta,
+                                           float eps, nk_bf16* y, float* mean,
+                                           float* rstd);
+NK_API nk_status nk_rmsnorm_forward_bf16(size_t rows, size_t cols, const nk_bf16* x,
+                                         const float* gamma, float eps, nk_bf16* y,
+                                         float* rrms);
+NK_API nk_status nk_add_layernorm_forward_bf16(size_t rows, size_t cols,
+                                               const nk_bf16* x, const nk_bf16* residual,
+                                               const float* gamma, const float* beta,
+                                               float eps, nk_bf16* sum, nk_bf16* y,
+                                               float* mean, float* rstd);
+NK_API nk_status nk_add_rmsnorm_forward_bf16(size_t rows, size_t cols, const nk_bf16* x,
+                                             const nk_bf16* residual, const float* gamma,
+                                             float eps, nk_bf16* sum, nk_bf16* y,
+                                             float* rrms);
+NK_API nk_status nk_layernorm_forward_strided_bf16(size_t rows, size_t cols,
+                                                   const nk_bf16* x, size_t ldx,
+                                                   const float* gamma, const float* beta,
+                                                   float eps, nk_bf16* y, size_t ldy,
+                                                   float* mean, float* rstd);
+NK_API nk_status nk_rmsnorm_forward_strided_bf16(size_t rows, size_t cols,
+                                                 const nk_bf16* x, size_t ldx,
+                                                 const float* gamma, float eps, nk_bf16* y,
+                                                 size_t ldy, float* rrms);
+NK_API nk_status nk_add_layernorm_forward_strided_bf16(
+    size_t rows, size_t cols, const nk_bf16* x, size_t ldx, const nk_bf16* residual,
+    size_t ldr, const float* gamma, const float* beta, float eps, nk_bf16* sum,
+    size_t lds, nk_bf16* y, size_t ldy, float* mean, float* rstd);
+NK_API nk_status nk_add_rmsnorm_forward_strided_bf16(
+    size_t rows, size_t cols, const nk_bf16* x, size_t ldx, const nk_bf16* residual,
+    size_t ldr, const float* gamma, float eps, nk_bf16* sum, size_t lds, nk_bf16* y,
+    size_t ldy, float* rrms);
+NK_API nk_status nk_layernorm_forward_f16(size_t rows, size_t cols, const nk_f16* x,
+                                          const float* gamma, const float* beta,
+                                          float eps, nk_f16* y, float* mean,
+                                          float* rstd);
+NK_API nk_status nk_rmsnorm_forward_f16(size_t rows, size_t cols, const nk_f16* x,
+                                        const float* gamma, float eps, nk_f16* y,
+                                        float* rrms);
+NK_API nk_status nk_add_layernorm_forward_f16(size_t rows, size_t cols, const nk_f16* x,
+                                              const nk_f16* residual, const float* gamma,
+                                              const float* beta, float eps, nk_f16* sum,
+                                              nk_f16* y, float* mean, float* rstd);
+NK_API nk_status nk_add_rmsnorm_forward_f16(size_t rows, size_t cols, const nk_f16* x,
+                                            const nk_f16* residual, const float* gamma,
+                                            float eps, nk_f16* sum, nk_f16* y,
+                                            float* rrms);
+NK_API nk_status nk_layernorm_forward_strided_f16(size_t rows, size_t cols,
+                                                  const nk_f16* x, size_t ldx,
+                                                  const float* gamma, const float* beta,
+                                                  float eps, nk_f16* y, size_t ldy,
+                                                  float* mean, float* rstd);
+NK_API nk_status nk_rmsnorm_forward_strided_f16(size_t rows, size_t cols, const nk_f16* x,
+                                                size_t ldx, const float* gamma, float eps,
+                                                nk_f16* y, size_t ldy, float* rrms);
+NK_API nk_status nk_add_layernorm_forward_strided_f16(
+    size_t rows, size_t cols, const nk_f16* x, size_t ldx, const nk_f16* residual,
+    size_t ldr, const float* gamma, const float* beta, float eps, nk_f16* sum, size_t lds,
+    nk_f16* y, size_t ldy, float* mean, float* rstd);
+NK_API nk_status nk_add_rmsnorm_forward_strided_f16(
+    size_t rows, size_t cols, const nk_f16* x, size_t ldx, const nk_f16* residual,
+    size_t ldr, const float* gamma, float eps, nk_f16* sum, size_t lds, nk_f16* y,
     size_t ldy, float* rrms);
 
 /* Backward of the four forwards, for training: mean and rstd (rrms) are the forward's
