@@ -2,6 +2,7 @@
 // cases_layernorm.cc: the LayerNorm family's benchmark cases, forward and backward: the
 // cells the documentation compares and a size sweep for the plot; with --full, rows x
 // cols tensors of 4 and 64 MiB, transformer shapes and one long row, for every op.
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <utility>
@@ -15,6 +16,10 @@ namespace {
 
 enum class Op { kLayerNorm, kRmsNorm, kAddLayerNorm, kAddRmsNorm };
 const char* const kOpNames[] = {"layernorm", "rmsnorm", "add_layernorm", "add_rmsnorm"};
+
+// The tensors' element type.
+enum class Elem { kF32, kBf16, kF16 };
+const char* const kElemSuffixes[] = {"", "_bf16", "_f16"};
 
 // Registers case c (kernel, shape, bytes and output set) running `body` at c's ISA and
 // threads.
@@ -62,6 +67,38 @@ void RegisterRowNorm(Op op, size_t rows, size_t cols, Case c) {
       case Op::kAddRmsNorm:
         nk_add_rmsnorm_forward_f32(rows, cols, x, res, g, 1e-5f, sum, y, rstd);
         break;
+    }
+  });
+}
+
+// The same on half tensors (LayerNorm and RMSNorm): bytes at 2 per element, beside the
+// copy of those bytes and oneDNN's bf16 LayerNorm.
+void RegisterHalfRowNorm(Op op, Elem elem, size_t rows, size_t cols, Case c) {
+  const size_t n = rows * cols, off = c.offset;
+  const bool bf16 = elem == Elem::kBf16;
+  c.kernel = std::string(kOpNames[static_cast<int>(op)]) +
+             kElemSuffixes[static_cast<int>(elem)];
+  c.shape = std::to_string(rows) + "x" + std::to_string(cols);
+  c.elements = static_cast<double>(n);
+  c.bytes = 2.0 * n * sizeof(uint16_t);  // x, y
+  c.copy = CopyFor(c.bytes, c.threads, off);
+  if (op == Op::kLayerNorm) c.onednn = OneDnnLayerNormBf16(rows, cols, c.threads, off);
+  const uint16_t* x = HalfTensor(0, n, off, bf16);
+  uint16_t* y = HalfTensor(3, n, off, bf16);
+  float* mean = Tensor(4, rows, off);
+  float* rstd = Tensor(5, rows, off);
+  const float* g = Gamma(cols, off);
+  const float* b = Beta(cols, off);
+  c.out = y;
+  c.out_n = n;
+  c.out_bytes = sizeof(uint16_t);
+  RegisterAtIsa(c, [=] {
+    if (op == Op::kLayerNorm) {
+      (bf16 ? nk_layernorm_forward_bf16 : nk_layernorm_forward_f16)(rows, cols, x, g, b,
+                                                                     1e-5f, y, mean, rstd);
+    } else {
+      (bf16 ? nk_rmsnorm_forward_bf16 : nk_rmsnorm_forward_f16)(rows, cols, x, g, 1e-5f,
+                                                                 y, rstd);
     }
   });
 }
@@ -134,6 +171,16 @@ void RegisterLayerNormCases(const Selection& s) {
       }
     }
   }
+  // Half tensors: LayerNorm of the fp32 cells' 4 and 64 MiB of rows of 1024 (so 2 and
+  // 32 MiB of bf16 / fp16).
+  for (Case c : Placements(s.isas, s.threads)) {
+    c.main = true;
+    for (Elem elem : {Elem::kBf16, Elem::kF16}) {
+      for (size_t mib : {4, 64}) {
+        RegisterHalfRowNorm(Op::kLayerNorm, elem, RowsFor(mib, 1024), 1024, c);
+      }
+    }
+  }
   // The plot's sweep: LayerNorm, 1024 columns, 1 thread, 1/4 to 64 MiB.
   for (const Case& c : Placements(s.isas, {1}, "layernorm 1024 cols, 1 thread")) {
     for (size_t kib : {256, 1024, 4096, 16384, 65536}) {
@@ -159,6 +206,18 @@ void RegisterLayerNormCases(const Selection& s) {
         for (size_t cols : {768, 4096, 8192}) RegisterRowNormBackward(op, rows, cols, c);
       }
       RegisterRowNormBackward(op, 1, size_t{1} << 20, c);
+    }
+  }
+  // Half tensors of the fp32 shapes of 4 and 64 MiB (2 and 32 MiB of half).
+  for (Op op : {Op::kLayerNorm, Op::kRmsNorm}) {
+    for (Elem elem : {Elem::kBf16, Elem::kF16}) {
+      for (const Case& c : Placements(s.isas, s.threads)) {
+        for (size_t mib : {4, 64}) {
+          for (size_t cols : {256, 768, 1024, 4096, 8192}) {
+            RegisterHalfRowNorm(op, elem, RowsFor(mib, cols), cols, c);
+          }
+        }
+      }
     }
   }
 }

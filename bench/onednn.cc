@@ -69,7 +69,8 @@ class ThreadsDuringCreation {
 // counted (x read, y written; backward: x and dy read, dx written).
 std::string RegisterJob(const std::string& kernel, const std::string& shape,
                         double elements, std::shared_ptr<Job> job, const char* impl,
-                        int threads, size_t offset, double tensors = 2) {
+                        int threads, size_t offset, double tensors = 2,
+                        size_t elem_bytes = sizeof(float)) {
   Case c;
   c.kernel = kernel;
   c.shape = shape;
@@ -77,7 +78,7 @@ std::string RegisterJob(const std::string& kernel, const std::string& shape,
   c.threads = threads;
   c.offset = offset;
   c.elements = elements;
-  c.bytes = tensors * elements * sizeof(float);
+  c.bytes = tensors * elements * elem_bytes;
   c.impl = impl;
   return Register(kernel + "/" + shape + Placement(offset, threads), c,
                   [] { return true; }, [job, threads] { job->Run(threads); });
@@ -123,10 +124,11 @@ std::string CapOneDnn(const std::string& isa) {
 // gamma / beta.
 struct LayerNormMemory {
   dnnl::memory::desc data, stat, param;
-  LayerNormMemory(size_t rows, size_t cols) {
+  LayerNormMemory(size_t rows, size_t cols,
+                  dnnl::memory::data_type type = dnnl::memory::data_type::f32) {
     using dnnl::memory;
     const auto r = static_cast<memory::dim>(rows), c = static_cast<memory::dim>(cols);
-    data = memory::desc({r, c}, memory::data_type::f32, memory::format_tag::ab);
+    data = memory::desc({r, c}, type, memory::format_tag::ab);
     stat = memory::desc({r}, memory::data_type::f32, memory::format_tag::a);
     param = memory::desc({c}, memory::data_type::f32, memory::format_tag::a);
   }
@@ -161,6 +163,30 @@ std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads, size_t offset
                {DNNL_ARG_SHIFT, Wrap(param, Beta(cols, offset))}};
   return RegisterJob("onednn_layernorm", std::to_string(rows) + "x" + std::to_string(cols),
                      static_cast<double>(n), job, pd.impl_info_str(), threads, offset);
+}
+
+std::string OneDnnLayerNormBf16(size_t rows, size_t cols, int threads, size_t offset) {
+  const ThreadsDuringCreation creation(threads);
+  const size_t n = rows * cols;
+  const LayerNormMemory m(rows, cols, dnnl::memory::data_type::bf16);
+  dnnl::layer_normalization_forward::primitive_desc pd;
+  try {
+    pd = m.Forward();
+  } catch (const dnnl::error&) {
+    return "";  // no bf16 implementation at this ISA
+  }
+  auto job = std::make_shared<Job>();
+  job->primitive = std::make_unique<dnnl::layer_normalization_forward>(pd);
+  job->args = {{DNNL_ARG_SRC, Wrap(m.data, HalfTensor(0, n, offset, true))},
+               {DNNL_ARG_DST, Wrap(m.data, HalfTensor(3, n, offset, true))},
+               {DNNL_ARG_MEAN, Wrap(m.stat, Tensor(4, rows, offset))},
+               {DNNL_ARG_VARIANCE, Wrap(m.stat, Tensor(5, rows, offset))},
+               {DNNL_ARG_SCALE, Wrap(m.param, Gamma(cols, offset))},
+               {DNNL_ARG_SHIFT, Wrap(m.param, Beta(cols, offset))}};
+  return RegisterJob("onednn_layernorm_bf16",
+                     std::to_string(rows) + "x" + std::to_string(cols),
+                     static_cast<double>(n), job, pd.impl_info_str(), threads, offset, 2,
+                     sizeof(uint16_t));
 }
 
 std::string OneDnnLayerNormBackward(size_t rows, size_t cols, int threads,
@@ -277,6 +303,7 @@ std::string OneDnnBatchNormBackward(size_t n, size_t c, size_t h, size_t w, bool
 std::string CapOneDnn(const std::string&) { return ""; }
 std::string OneDnnLayerNorm(size_t, size_t, int, size_t) { return ""; }
 std::string OneDnnLayerNormBackward(size_t, size_t, int, size_t) { return ""; }
+std::string OneDnnLayerNormBf16(size_t, size_t, int, size_t) { return ""; }
 std::string OneDnnBatchNorm(size_t, size_t, size_t, size_t, bool, bool, int, size_t) {
   return "";
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -40,7 +41,18 @@ int VerifyCases() {
   for (const auto& [name, c] : Cases()) {
     if (c.out == nullptr) continue;
     const Runner& run = Runners()[name];
-    for (size_t i = 0; i < c.out_n + kGuard; ++i) c.out[i] = NAN;
+    // NaN in both formats: a float's bits, or 0xFFFF for each half.
+    const auto is_nan = [&](size_t i) {
+      return c.out_bytes == sizeof(float) ? std::isnan(static_cast<float*>(c.out)[i])
+                                          : static_cast<uint16_t*>(c.out)[i] == 0xFFFF;
+    };
+    for (size_t i = 0; i < c.out_n + kGuard; ++i) {
+      if (c.out_bytes == sizeof(float)) {
+        static_cast<float*>(c.out)[i] = NAN;
+      } else {
+        static_cast<uint16_t*>(c.out)[i] = 0xFFFF;
+      }
+    }
     if (!run.setup()) {
       std::printf("FAIL %s: setup\n", name.c_str());
       ++failures;
@@ -48,8 +60,8 @@ int VerifyCases() {
     }
     run.body();
     size_t written = 0, after = 0;
-    for (size_t i = 0; i < c.out_n; ++i) written += !std::isnan(c.out[i]);
-    for (size_t i = c.out_n; i < c.out_n + kGuard; ++i) after += !std::isnan(c.out[i]);
+    for (size_t i = 0; i < c.out_n; ++i) written += !is_nan(i);
+    for (size_t i = c.out_n; i < c.out_n + kGuard; ++i) after += !is_nan(i);
     ++checked;
     if (written != static_cast<size_t>(c.elements) || after != 0) {
       std::printf("FAIL %s: wrote %zu of %zu output elements (counted %.0f) and %zu of "
@@ -160,6 +172,26 @@ float* Tensor(int slot, size_t n, size_t offset) {
   return Buffer(slot, n, offset, [slot](size_t k) {
     return static_cast<float>((k * 7919 + slot) % 1000) * 1e-3f;
   });
+}
+
+uint16_t* HalfTensor(int slot, size_t n, size_t offset, bool bf16) {
+  // Element k: m / 256 with m = (k * 7919 + slot) % 256, as the format encodes it.
+  const auto half = [=](size_t k) -> uint32_t {
+    const uint32_t m = (k * 7919 + slot) % 256;
+    if (m == 0) return 0;
+    int e = 7;  // m's highest bit
+    while ((m >> e) == 0) --e;
+    if (bf16) return (127 + e - 8) << 7 | ((m << (7 - e)) & 0x7F);
+    return (15 + e - 8) << 10 | ((m << (10 - e)) & 0x3FF);
+  };
+  // Floats holding two elements each, little-endian; a slot range of its own.
+  float* p = Buffer(100 + 2 * slot + bf16, (n + 1) / 2, offset, [&](size_t k) {
+    const uint32_t bits = half(2 * k) | half(2 * k + 1) << 16;
+    float f;
+    std::memcpy(&f, &bits, sizeof(f));
+    return f;
+  });
+  return reinterpret_cast<uint16_t*>(p);
 }
 
 // gamma / beta at the tensors' offset, as a caller's allocator would place them;

@@ -15,6 +15,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -36,9 +37,11 @@ struct Case {
   std::string impl;    // oneDNN's cases: the implementation oneDNN chose
   std::string group;   // plot series: cases of one group differ only in size
   bool main = false;   // one of the cells the documentation's table compares
-  // For --nk_verify: the output tensor the body writes in full (NaN-filled first).
-  float* out = nullptr;
+  // For --nk_verify: the output tensor the body writes in full (NaN-filled first), of
+  // out_n elements of out_bytes each (4: float; 2: bfloat16 / fp16).
+  void* out = nullptr;
   size_t out_n = 0;
+  size_t out_bytes = sizeof(float);
 };
 
 // Where the suite places arrays: on a 64-byte boundary (as PyTorch's allocator) and
@@ -86,12 +89,19 @@ std::string CopyFor(double bytes, int threads, size_t offset);
 // offset (prefaulted, kept for the run), with at least 48 bytes after the n floats.
 float* Tensor(int slot, size_t n, size_t offset = 0);
 
+// n half-precision elements (bfloat16 bit patterns if `bf16`, else fp16) as Tensor
+// places them: values k / 256 in [0, 1), exact in both formats.
+uint16_t* HalfTensor(int slot, size_t n, size_t offset, bool bf16);
+
 // Per-channel / per-column parameters (gamma near 1, beta), n floats at `offset`.
 const float* Gamma(size_t n, size_t offset);
 const float* Beta(size_t n, size_t offset);
 
 // oneDNN's counterparts (bench/onednn.cc); "" when the suite was built without it.
 std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads, size_t offset);
+// Its bfloat16 form (src and dst bf16; statistics, scale and shift f32), on HalfTensor's
+// buffers; "" where oneDNN has no implementation for the process's ISA.
+std::string OneDnnLayerNormBf16(size_t rows, size_t cols, int threads, size_t offset);
 // Its backward (diff_src, diff_scale, diff_shift from src, diff_dst, mean, variance).
 std::string OneDnnLayerNormBackward(size_t rows, size_t cols, int threads, size_t offset);
 std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
