@@ -6,12 +6,13 @@ Arrays are float32; the LayerNorm family's forwards (layer_norm, rms_norm,
 add_layer_norm, add_rms_norm) also take float16 x and residual, giving float16 y and
 sum (computed in float32, each value rounded once to nearest even; the fused forms
 normalize the rounded sum), while gamma, beta and the statistics stay float32. The
-other functions have no half form yet and refuse float16. The LayerNorm family normalizes over the last axis, or over the
-trailing normalized_shape as torch.nn.functional.layer_norm (the leading axes are
-flattened into rows); its x, residual, out and sum_out may be row-strided views (a
-row's axes contiguous, the leading axes one stride apart: x[:, :64] of a fused QKV
-buffer, one head of a [tokens, heads, dim] array), read and written in place; arrays
-it creates are C-contiguous. BatchNorm normalizes per channel, axis 1 of
+other functions have no half form yet and refuse float16. The LayerNorm family
+normalizes over the last axis, or over the trailing normalized_shape as
+torch.nn.functional.layer_norm (the leading axes are flattened into rows); its x,
+residual, out and sum_out may be row-strided views (a row's axes contiguous, the
+leading axes one stride apart: x[:, :64] of a fused QKV buffer, one head of a
+[tokens, heads, dim] array), read and written in place; arrays it creates are
+C-contiguous. BatchNorm normalizes per channel, axis 1 of
 (N, C, *spatial) or the last axis with channels_last, of C-contiguous arrays. gamma /
 beta may also be given as weight= / bias=, PyTorch's names. GroupNorm (and
 InstanceNorm, a group per channel) normalizes each sample's groups of channels, laid
@@ -359,8 +360,8 @@ def _backward(center, fused, dy, x, dsum, mean, rstd, gamma, out, param_grads, w
     dgamma = new(norm, np.float32) if param_grads else None
     dbeta = new(norm, np.float32) if param_grads and center else None
     p = _ptr if ldx == lddy == ldds == lddx == cols else _view_ptr
-    _backward_call("f32", center, fused, rows, cols, p(x), ldx, p(dy), lddy, p(dsum), ldds,
-                   _ptr(mean), _ptr(rstd), _ptr(gamma), p(dx), lddx, _ptr(dgamma),
+    _backward_call("f32", center, fused, rows, cols, p(x), ldx, p(dy), lddy, p(dsum),
+                   ldds, _ptr(mean), _ptr(rstd), _ptr(gamma), p(dx), lddx, _ptr(dgamma),
                    _ptr(dbeta))
     return (dx, dgamma, dbeta) if center else (dx, dgamma)
 

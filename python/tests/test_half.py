@@ -97,7 +97,8 @@ def test_mixed_dtypes_are_refused():
     with pytest.raises(TypeError, match=rf"residual must have dtype float16 {one_dtype}, "
                        "not float32"):
         nk.add_layer_norm(x, x32)
-    with pytest.raises(TypeError, match=r"residual must have dtype float32 .*not float16"):
+    with pytest.raises(TypeError, match="residual must have dtype float32 .*not "
+                       "float16"):
         nk.add_rms_norm(x32, x)
     with pytest.raises(TypeError, match=r"out must have dtype float16 .*not float32"):
         nk.layer_norm(x, out=x32)
