@@ -2,12 +2,17 @@
 """normkernels: NumPy bindings of libnormkernels (SIMD LayerNorm / RMSNorm / BatchNorm
 / GroupNorm kernels).
 
-Arrays are float32. The LayerNorm family normalizes over the last axis, or over the
-trailing normalized_shape as torch.nn.functional.layer_norm (the leading axes are
-flattened into rows); its x, residual, out and sum_out may be row-strided views (a
-row's axes contiguous, the leading axes one stride apart: x[:, :64] of a fused QKV
-buffer, one head of a [tokens, heads, dim] array), read and written in place; arrays
-it creates are C-contiguous. BatchNorm normalizes per channel, axis 1 of
+Arrays are float32; the LayerNorm family's forwards (layer_norm, rms_norm,
+add_layer_norm, add_rms_norm) also take float16 x and residual, giving float16 y and
+sum (computed in float32, each value rounded once to nearest even; the fused forms
+normalize the rounded sum), while gamma, beta and the statistics stay float32. The
+other functions have no half form yet and refuse float16. The LayerNorm family
+normalizes over the last axis, or over the trailing normalized_shape as
+torch.nn.functional.layer_norm (the leading axes are flattened into rows); its x,
+residual, out and sum_out may be row-strided views (a row's axes contiguous, the
+leading axes one stride apart: x[:, :64] of a fused QKV buffer, one head of a
+[tokens, heads, dim] array), read and written in place; arrays it creates are
+C-contiguous. BatchNorm normalizes per channel, axis 1 of
 (N, C, *spatial) or the last axis with channels_last, of C-contiguous arrays. gamma /
 beta may also be given as weight= / bias=, PyTorch's names. GroupNorm (and
 InstanceNorm, a group per channel) normalizes each sample's groups of channels, laid
@@ -29,15 +34,18 @@ fit their C type (uint64_t counts, int threads, float32 eps and momentum) Overfl
 or ValueError: no value reaches the library wrapped, rounded to 0 or to inf.
 """
 import ctypes
+import functools
 import math
+import types
 
 import numpy as np
 
-from . import _library
+from . import _args, _library
 from ._args import alias as _alias
 from ._args import array as _array
 from ._args import channels_last_in_memory as _channels_last_in_memory
 from ._args import float32 as _float32
+from ._args import half_or_float32 as _half_or_float32
 from ._args import int_tuple as _int_tuple
 from ._args import integer as _integer
 from ._args import ptr as _ptr
@@ -72,6 +80,19 @@ class NormKernelsError(RuntimeError):
 def _check(status):
     if status != 0:
         raise NormKernelsError(status, _lib.nk_last_error().decode())
+
+
+def _float32_only(function):
+    """function, whose arrays are float32 only, refusing a float16 one with a TypeError
+    naming it: the library has no half form of it yet."""
+    @functools.wraps(function)
+    def checked(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except _args.HalfRefused as e:
+            raise _args.HalfRefused(e.name, function.__name__) from None
+
+    return checked
 
 
 def version():
@@ -143,28 +164,35 @@ def _output(out, like, name):
     return _writable(_array(out, name, like.shape), name)
 
 
-def _rows(x, name, normalized_shape):
+def _rows(x, name, normalized_shape, half=False):
     """x checked as the rows a LayerNorm-family call reads: (x, its row stride, leading
-    shape, normalized shape, elements of a row)."""
-    x = _array(x, name, contiguous=False)
+    shape, normalized shape, elements of a row). half: x may be float16 too."""
+    x = _half_or_float32(x, name) if half else _array(x, name, contiguous=False)
     lead, norm, cols = _row_shape(x.shape, normalized_shape, name)
     return x, _row_stride(x, name, len(lead), cols), lead, norm, cols
 
 
-def _rows_like(a, name, x, lead_ndim, cols):
-    """a, an optional input of x's shape read as rows too, checked, and its row stride
-    (cols when a is None)."""
+def _rows_like(a, name, x, lead_ndim, cols, whose=None):
+    """a, an optional input of x's shape and dtype read as rows too, checked, and its
+    row stride (cols when a is None). whose: as _args.array's."""
     if a is None:
         return None, cols
-    a = _array(a, name, x.shape, contiguous=False)
+    a = _array(a, name, x.shape, contiguous=False, dtype=x.dtype, whose=whose)
     return a, _row_stride(a, name, lead_ndim, cols)
 
 
-def _row_output(out, like, name, lead_ndim, cols):
-    """out, checked (a new C-contiguous array when None), and its row stride."""
+# Whose dtype an array must have, for the messages of the LayerNorm family's forwards.
+_X_DTYPE = "x's: x, residual, out and sum_out have one dtype"
+_PARAMETERS = "gamma and beta are float32 with x of either dtype"
+
+
+def _row_output(out, like, name, lead_ndim, cols, whose=None):
+    """out, checked (a new C-contiguous array of like's dtype when None), and its row
+    stride."""
     if out is None:
-        return np.empty(like.shape, np.float32), cols
-    out = _array(out, name, like.shape, contiguous=False)
+        return np.empty(like.shape, like.dtype), cols
+    out = _array(out, name, like.shape, contiguous=False, dtype=like.dtype,
+                 whose=whose)
     return out, _row_stride(out, name, lead_ndim, cols, output=True)
 
 
@@ -175,23 +203,24 @@ def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stat
     if bias is not None:
         beta = _alias(beta, bias, "beta", "bias")
     eps = _float32(eps, "eps")
-    x, ldx, lead, norm, cols = _rows(x, "x", normalized_shape)
+    x, ldx, lead, norm, cols = _rows(x, "x", normalized_shape, half=True)
     rows, k = x.size // cols, len(lead)
     if return_sum and residual is None:  # the fused forms: not a plain norm
         raise TypeError("residual must be a numpy.ndarray, not NoneType")
-    residual, ldr = _rows_like(residual, "residual", x, k, cols)
-    gamma = _array(gamma, "gamma", norm)
-    beta = _array(beta, "beta", norm)
-    y, ldy = _row_output(out, x, "out", k, cols)
+    residual, ldr = _rows_like(residual, "residual", x, k, cols, _X_DTYPE)
+    gamma = _array(gamma, "gamma", norm, whose=_PARAMETERS)
+    beta = _array(beta, "beta", norm, whose=_PARAMETERS)
+    y, ldy = _row_output(out, x, "out", k, cols, _X_DTYPE)
     s, lds = None, cols  # the stride of an s made here, or of none
     if sum_out is not None:
-        s, lds = _row_output(sum_out, x, "sum_out", k, cols)
+        s, lds = _row_output(sum_out, x, "sum_out", k, cols, _X_DTYPE)
     elif return_sum:
-        s = np.empty(x.shape, np.float32)
+        s = np.empty(x.shape, x.dtype)
     mean = np.empty(lead, np.float32) if (return_stats and center) else None
     rstd = np.empty(lead, np.float32) if return_stats else None
     p = _ptr if ldx == ldy == ldr == lds == cols else _view_ptr  # quicker for views
-    _forward_call(center, return_sum, rows, cols, p(x), ldx, p(residual), ldr,
+    _forward_call(_TYPES[x.dtype], center, return_sum, rows, cols, p(x), ldx,
+                  p(residual), ldr,
                   _ptr(gamma), _ptr(beta), eps, p(s), lds, p(y), ldy, _ptr(mean),
                   _ptr(rstd))
     result = (y,)
@@ -202,37 +231,49 @@ def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stat
     return result[0] if len(result) == 1 else result
 
 
-def _forward_call(center, fused, rows, cols, x, ldx, residual, ldr, gamma, beta, eps,
-                  s, lds, y, ldy, mean, rstd):
-    """The library's forward of checked arguments: addresses (ints, None for NULL) and
-    row strides; the contiguous forms (4 arguments less) when every stride is cols.
-    Without center, beta and mean are not read (rstd is rrms); without fused,
-    residual, ldr, s and lds."""
+def _row_kernels(kind, t):
+    """The LayerNorm family's functions nk_*_{kind}_{t} of one element type (t: f32,
+    bf16, f16), as attributes named without prefix, kind and type: layernorm,
+    add_rmsnorm_strided, ..."""
+    return types.SimpleNamespace(**{
+        form + strided: getattr(_lib, f"nk_{form}_{kind}{strided}_{t}")
+        for form in ("layernorm", "rmsnorm", "add_layernorm", "add_rmsnorm")
+        for strided in ("", "_strided")})
+
+
+_FORWARDS = {t: _row_kernels("forward", t) for t in ("f32", "bf16", "f16")}
+_BACKWARDS = {"f32": _row_kernels("backward", "f32")}  # no half form yet
+_TYPES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}  # NumPy has no bf16
+
+
+def _forward_call(t, center, fused, rows, cols, x, ldx, residual, ldr, gamma, beta,
+                  eps, s, lds, y, ldy, mean, rstd):
+    """The library's forward of checked arguments, the tensors of element type t (f32,
+    bf16 or f16): addresses (ints, None for NULL) and row strides; the contiguous forms
+    (4 arguments less) when every stride is cols. Without center, beta and mean are not
+    read (rstd is rrms); without fused, residual, ldr, s and lds."""
+    k = _FORWARDS[t]
     if ldx == ldy == ldr == lds == cols:
         if not fused and center:
-            status = _lib.nk_layernorm_forward_f32(rows, cols, x, gamma, beta, eps, y,
-                                                   mean, rstd)
+            status = k.layernorm(rows, cols, x, gamma, beta, eps, y, mean, rstd)
         elif not fused:
-            status = _lib.nk_rmsnorm_forward_f32(rows, cols, x, gamma, eps, y, rstd)
+            status = k.rmsnorm(rows, cols, x, gamma, eps, y, rstd)
         elif center:
-            status = _lib.nk_add_layernorm_forward_f32(
-                rows, cols, x, residual, gamma, beta, eps, s, y, mean, rstd)
+            status = k.add_layernorm(rows, cols, x, residual, gamma, beta, eps, s, y,
+                                     mean, rstd)
         else:
-            status = _lib.nk_add_rmsnorm_forward_f32(rows, cols, x, residual, gamma, eps,
-                                                     s, y, rstd)
+            status = k.add_rmsnorm(rows, cols, x, residual, gamma, eps, s, y, rstd)
     elif not fused and center:
-        status = _lib.nk_layernorm_forward_strided_f32(rows, cols, x, ldx, gamma, beta,
-                                                       eps, y, ldy, mean, rstd)
+        status = k.layernorm_strided(rows, cols, x, ldx, gamma, beta, eps, y, ldy, mean,
+                                     rstd)
     elif not fused:
-        status = _lib.nk_rmsnorm_forward_strided_f32(rows, cols, x, ldx, gamma, eps, y,
-                                                     ldy, rstd)
+        status = k.rmsnorm_strided(rows, cols, x, ldx, gamma, eps, y, ldy, rstd)
     elif center:
-        status = _lib.nk_add_layernorm_forward_strided_f32(
-            rows, cols, x, ldx, residual, ldr, gamma, beta, eps, s, lds, y, ldy, mean,
-            rstd)
+        status = k.add_layernorm_strided(rows, cols, x, ldx, residual, ldr, gamma, beta,
+                                         eps, s, lds, y, ldy, mean, rstd)
     else:
-        status = _lib.nk_add_rmsnorm_forward_strided_f32(
-            rows, cols, x, ldx, residual, ldr, gamma, eps, s, lds, y, ldy, rstd)
+        status = k.add_rmsnorm_strided(rows, cols, x, ldx, residual, ldr, gamma, eps, s,
+                                       lds, y, ldy, rstd)
     _check(status)
 
 
@@ -319,45 +360,43 @@ def _backward(center, fused, dy, x, dsum, mean, rstd, gamma, out, param_grads, w
     dgamma = new(norm, np.float32) if param_grads else None
     dbeta = new(norm, np.float32) if param_grads and center else None
     p = _ptr if ldx == lddy == ldds == lddx == cols else _view_ptr
-    _backward_call(center, fused, rows, cols, p(x), ldx, p(dy), lddy, p(dsum), ldds,
-                   _ptr(mean), _ptr(rstd), _ptr(gamma), p(dx), lddx, _ptr(dgamma),
+    _backward_call("f32", center, fused, rows, cols, p(x), ldx, p(dy), lddy, p(dsum),
+                   ldds, _ptr(mean), _ptr(rstd), _ptr(gamma), p(dx), lddx, _ptr(dgamma),
                    _ptr(dbeta))
     return (dx, dgamma, dbeta) if center else (dx, dgamma)
 
 
-def _backward_call(center, fused, rows, cols, x, ldx, dy, lddy, dsum, ldds, mean, rstd,
-                   gamma, dx, lddx, dgamma, dbeta):
+def _backward_call(t, center, fused, rows, cols, x, ldx, dy, lddy, dsum, ldds, mean,
+                   rstd, gamma, dx, lddx, dgamma, dbeta):
     """The library's backward of checked arguments, as _forward_call (x is the sum when
-    fused; without fused, dsum and ldds are not read)."""
+    fused; without fused, dsum and ldds are not read); t is f32 only so far."""
+    k = _BACKWARDS[t]
     if ldx == lddy == ldds == lddx == cols:
         if not fused and center:
-            status = _lib.nk_layernorm_backward_f32(rows, cols, x, dy, mean, rstd, gamma,
-                                                    dx, dgamma, dbeta)
+            status = k.layernorm(rows, cols, x, dy, mean, rstd, gamma, dx, dgamma, dbeta)
         elif not fused:
-            status = _lib.nk_rmsnorm_backward_f32(rows, cols, x, dy, rstd, gamma, dx,
-                                                  dgamma)
+            status = k.rmsnorm(rows, cols, x, dy, rstd, gamma, dx, dgamma)
         elif center:
-            status = _lib.nk_add_layernorm_backward_f32(
-                rows, cols, x, dy, dsum, mean, rstd, gamma, dx, dgamma, dbeta)
+            status = k.add_layernorm(rows, cols, x, dy, dsum, mean, rstd, gamma, dx,
+                                     dgamma, dbeta)
         else:
-            status = _lib.nk_add_rmsnorm_backward_f32(rows, cols, x, dy, dsum, rstd,
-                                                      gamma, dx, dgamma)
+            status = k.add_rmsnorm(rows, cols, x, dy, dsum, rstd, gamma, dx, dgamma)
     elif not fused and center:
-        status = _lib.nk_layernorm_backward_strided_f32(
-            rows, cols, x, ldx, dy, lddy, mean, rstd, gamma, dx, lddx, dgamma, dbeta)
+        status = k.layernorm_strided(rows, cols, x, ldx, dy, lddy, mean, rstd, gamma, dx,
+                                     lddx, dgamma, dbeta)
     elif not fused:
-        status = _lib.nk_rmsnorm_backward_strided_f32(
-            rows, cols, x, ldx, dy, lddy, rstd, gamma, dx, lddx, dgamma)
+        status = k.rmsnorm_strided(rows, cols, x, ldx, dy, lddy, rstd, gamma, dx, lddx,
+                                   dgamma)
     elif center:
-        status = _lib.nk_add_layernorm_backward_strided_f32(
-            rows, cols, x, ldx, dy, lddy, dsum, ldds, mean, rstd, gamma, dx, lddx, dgamma,
-            dbeta)
+        status = k.add_layernorm_strided(rows, cols, x, ldx, dy, lddy, dsum, ldds, mean,
+                                         rstd, gamma, dx, lddx, dgamma, dbeta)
     else:
-        status = _lib.nk_add_rmsnorm_backward_strided_f32(
-            rows, cols, x, ldx, dy, lddy, dsum, ldds, rstd, gamma, dx, lddx, dgamma)
+        status = k.add_rmsnorm_strided(rows, cols, x, ldx, dy, lddy, dsum, ldds, rstd,
+                                       gamma, dx, lddx, dgamma)
     _check(status)
 
 
+@_float32_only
 def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, out=None, param_grads=True,
                         weight=None, normalized_shape=None):
     """The gradients of layer_norm, as torch.nn.LayerNorm's autograd gives them, for the
@@ -373,6 +412,7 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, out=None, param_grads=
                      weight, normalized_shape)
 
 
+@_float32_only
 def rms_norm_backward(dy, x, rrms, gamma=None, *, out=None, param_grads=True,
                       weight=None, normalized_shape=None):
     """The gradients of rms_norm for the gradient dy of its y, from the forward's saved
@@ -382,6 +422,7 @@ def rms_norm_backward(dy, x, rrms, gamma=None, *, out=None, param_grads=True,
                      weight, normalized_shape)
 
 
+@_float32_only
 def add_layer_norm_backward(dy, sum, mean, rstd, gamma=None, dsum=None, *, out=None,
                             param_grads=True, weight=None, normalized_shape=None):
     """The gradients of add_layer_norm, from its saved s = x + residual (sum) and
@@ -393,6 +434,7 @@ def add_layer_norm_backward(dy, sum, mean, rstd, gamma=None, dsum=None, *, out=N
                      weight, normalized_shape)
 
 
+@_float32_only
 def add_rms_norm_backward(dy, sum, rrms, gamma=None, dsum=None, *, out=None,
                           param_grads=True, weight=None, normalized_shape=None):
     """The gradients of add_rms_norm: returns (dx, dgamma), as add_layer_norm_backward
@@ -463,6 +505,7 @@ def _batches_tracked(counter):
     return _integer(count + 1, "num_batches_tracked + 1", "int64_t")
 
 
+@_float32_only
 def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
                training=False, momentum=0.1, eps=1e-5, channels_last=False, out=None,
                return_stats=False, *, weight=None, bias=None, num_batches_tracked=None):
@@ -525,6 +568,7 @@ def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
     return y, save_mean, save_rstd
 
 
+@_float32_only
 def batch_norm_moments(x, channels_last=False):
     """SyncBatchNorm, step 1: this shard's (count, mean, m2) per channel, m2 being the
     sum of squared deviations from the mean."""
@@ -544,6 +588,7 @@ def _channels(mean, name):
     return mean
 
 
+@_float32_only
 def moments_merge(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
     """SyncBatchNorm, step 2 (an allreduce operation): Chan's merge of two shards'
     moments. Returns (count, mean, m2)."""
@@ -561,6 +606,7 @@ def moments_merge(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
     return count_a + count_b, mean, m2
 
 
+@_float32_only
 def batch_norm_update_running(count, mean, m2, momentum, running_mean, running_var):
     """SyncBatchNorm, step 3: running stats updated in place from merged moments."""
     count = _integer(count, "count", "uint64_t")
@@ -587,6 +633,7 @@ def _bn_gradient_inputs(dy, x, mean, rstd, channels_last, stats, groups=None):
     return x, dy, mean, rstd, n, c, spatial, _NHWC if channels_last else _NCHW
 
 
+@_float32_only
 def batch_norm_backward(dy, x, save_mean, save_rstd, gamma=None, channels_last=False, *,
                         out=None, param_grads=True, weight=None):
     """The gradients of batch_norm(training=True), as torch.nn.BatchNorm's autograd
@@ -612,6 +659,7 @@ def batch_norm_backward(dy, x, save_mean, save_rstd, gamma=None, channels_last=F
     return dx, dgamma, dbeta
 
 
+@_float32_only
 def batch_norm_backward_reduce(dy, x, mean, rstd, channels_last=False):
     """SyncBatchNorm backward, step 1: this shard's sums per channel, (sum_dy,
     sum_dy_xhat), with x_hat = (x - mean) * rstd from the merged statistics that
@@ -627,6 +675,7 @@ def batch_norm_backward_reduce(dy, x, mean, rstd, channels_last=False):
     return sum_dy, sum_dy_xhat
 
 
+@_float32_only
 def batch_norm_backward_apply(dy, x, mean, rstd, total_count, sum_dy, sum_dy_xhat,
                               gamma=None, channels_last=False, *, out=None, weight=None):
     """SyncBatchNorm backward, step 3: this shard's dx from the sums over every shard
@@ -668,6 +717,7 @@ def _groups(groups, c):
     return groups
 
 
+@_float32_only
 def group_norm(x, groups, gamma=None, beta=None, eps=1e-5, channels_last=False,
                out=None, return_stats=False, *, weight=None, bias=None):
     """GroupNorm, as torch.nn.functional.group_norm: the C channels of each sample fall
@@ -697,6 +747,7 @@ def group_norm(x, groups, gamma=None, beta=None, eps=1e-5, channels_last=False,
     return (y, mean, rstd) if return_stats else y
 
 
+@_float32_only
 def instance_norm(x, gamma=None, beta=None, eps=1e-5, channels_last=False, out=None,
                   return_stats=False, *, weight=None, bias=None):
     """InstanceNorm, as torch.nn.functional.instance_norm without running statistics:
@@ -706,6 +757,7 @@ def instance_norm(x, gamma=None, beta=None, eps=1e-5, channels_last=False, out=N
                       return_stats, weight=weight, bias=bias)
 
 
+@_float32_only
 def group_norm_backward(dy, x, mean, rstd, groups, gamma=None, channels_last=False, *,
                         out=None, param_grads=True, weight=None):
     """The gradients of group_norm, as torch.nn.GroupNorm's autograd gives them, for
@@ -733,6 +785,7 @@ def group_norm_backward(dy, x, mean, rstd, groups, gamma=None, channels_last=Fal
     return dx, dgamma, dbeta
 
 
+@_float32_only
 def instance_norm_backward(dy, x, mean, rstd, gamma=None, channels_last=False, *,
                            out=None, param_grads=True, weight=None):
     """The gradients of instance_norm: group_norm_backward with a group per channel
