@@ -34,13 +34,12 @@ fit their C type (uint64_t counts, int threads, float32 eps and momentum) Overfl
 or ValueError: no value reaches the library wrapped, rounded to 0 or to inf.
 """
 import ctypes
-import functools
 import math
 import types
 
 import numpy as np
 
-from . import _args, _library
+from . import _library
 from ._args import alias as _alias
 from ._args import array as _array
 from ._args import channels_last_in_memory as _channels_last_in_memory
@@ -80,19 +79,6 @@ class NormKernelsError(RuntimeError):
 def _check(status):
     if status != 0:
         raise NormKernelsError(status, _lib.nk_last_error().decode())
-
-
-def _float32_only(function):
-    """function, whose arrays are float32 only, refusing a float16 one with a TypeError
-    naming it: the library has no half form of it yet."""
-    @functools.wraps(function)
-    def checked(*args, **kwargs):
-        try:
-            return function(*args, **kwargs)
-        except _args.HalfRefused as e:
-            raise _args.HalfRefused(e.name, function.__name__) from None
-
-    return checked
 
 
 def version():
@@ -396,7 +382,6 @@ def _backward_call(t, center, fused, rows, cols, x, ldx, dy, lddy, dsum, ldds, m
     _check(status)
 
 
-@_float32_only
 def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, out=None, param_grads=True,
                         weight=None, normalized_shape=None):
     """The gradients of layer_norm, as torch.nn.LayerNorm's autograd gives them, for the
@@ -412,7 +397,6 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, out=None, param_grads=
                      weight, normalized_shape)
 
 
-@_float32_only
 def rms_norm_backward(dy, x, rrms, gamma=None, *, out=None, param_grads=True,
                       weight=None, normalized_shape=None):
     """The gradients of rms_norm for the gradient dy of its y, from the forward's saved
@@ -422,7 +406,6 @@ def rms_norm_backward(dy, x, rrms, gamma=None, *, out=None, param_grads=True,
                      weight, normalized_shape)
 
 
-@_float32_only
 def add_layer_norm_backward(dy, sum, mean, rstd, gamma=None, dsum=None, *, out=None,
                             param_grads=True, weight=None, normalized_shape=None):
     """The gradients of add_layer_norm, from its saved s = x + residual (sum) and
@@ -434,7 +417,6 @@ def add_layer_norm_backward(dy, sum, mean, rstd, gamma=None, dsum=None, *, out=N
                      weight, normalized_shape)
 
 
-@_float32_only
 def add_rms_norm_backward(dy, sum, rrms, gamma=None, dsum=None, *, out=None,
                           param_grads=True, weight=None, normalized_shape=None):
     """The gradients of add_rms_norm: returns (dx, dgamma), as add_layer_norm_backward
@@ -505,7 +487,6 @@ def _batches_tracked(counter):
     return _integer(count + 1, "num_batches_tracked + 1", "int64_t")
 
 
-@_float32_only
 def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
                training=False, momentum=0.1, eps=1e-5, channels_last=False, out=None,
                return_stats=False, *, weight=None, bias=None, num_batches_tracked=None):
@@ -568,7 +549,6 @@ def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
     return y, save_mean, save_rstd
 
 
-@_float32_only
 def batch_norm_moments(x, channels_last=False):
     """SyncBatchNorm, step 1: this shard's (count, mean, m2) per channel, m2 being the
     sum of squared deviations from the mean."""
@@ -588,7 +568,6 @@ def _channels(mean, name):
     return mean
 
 
-@_float32_only
 def moments_merge(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
     """SyncBatchNorm, step 2 (an allreduce operation): Chan's merge of two shards'
     moments. Returns (count, mean, m2)."""
@@ -606,7 +585,6 @@ def moments_merge(count_a, mean_a, m2_a, count_b, mean_b, m2_b):
     return count_a + count_b, mean, m2
 
 
-@_float32_only
 def batch_norm_update_running(count, mean, m2, momentum, running_mean, running_var):
     """SyncBatchNorm, step 3: running stats updated in place from merged moments."""
     count = _integer(count, "count", "uint64_t")
@@ -633,7 +611,6 @@ def _bn_gradient_inputs(dy, x, mean, rstd, channels_last, stats, groups=None):
     return x, dy, mean, rstd, n, c, spatial, _NHWC if channels_last else _NCHW
 
 
-@_float32_only
 def batch_norm_backward(dy, x, save_mean, save_rstd, gamma=None, channels_last=False, *,
                         out=None, param_grads=True, weight=None):
     """The gradients of batch_norm(training=True), as torch.nn.BatchNorm's autograd
@@ -659,7 +636,6 @@ def batch_norm_backward(dy, x, save_mean, save_rstd, gamma=None, channels_last=F
     return dx, dgamma, dbeta
 
 
-@_float32_only
 def batch_norm_backward_reduce(dy, x, mean, rstd, channels_last=False):
     """SyncBatchNorm backward, step 1: this shard's sums per channel, (sum_dy,
     sum_dy_xhat), with x_hat = (x - mean) * rstd from the merged statistics that
@@ -675,7 +651,6 @@ def batch_norm_backward_reduce(dy, x, mean, rstd, channels_last=False):
     return sum_dy, sum_dy_xhat
 
 
-@_float32_only
 def batch_norm_backward_apply(dy, x, mean, rstd, total_count, sum_dy, sum_dy_xhat,
                               gamma=None, channels_last=False, *, out=None, weight=None):
     """SyncBatchNorm backward, step 3: this shard's dx from the sums over every shard
@@ -717,7 +692,6 @@ def _groups(groups, c):
     return groups
 
 
-@_float32_only
 def group_norm(x, groups, gamma=None, beta=None, eps=1e-5, channels_last=False,
                out=None, return_stats=False, *, weight=None, bias=None):
     """GroupNorm, as torch.nn.functional.group_norm: the C channels of each sample fall
@@ -747,7 +721,6 @@ def group_norm(x, groups, gamma=None, beta=None, eps=1e-5, channels_last=False,
     return (y, mean, rstd) if return_stats else y
 
 
-@_float32_only
 def instance_norm(x, gamma=None, beta=None, eps=1e-5, channels_last=False, out=None,
                   return_stats=False, *, weight=None, bias=None):
     """InstanceNorm, as torch.nn.functional.instance_norm without running statistics:
@@ -757,7 +730,6 @@ def instance_norm(x, gamma=None, beta=None, eps=1e-5, channels_last=False, out=N
                       return_stats, weight=weight, bias=bias)
 
 
-@_float32_only
 def group_norm_backward(dy, x, mean, rstd, groups, gamma=None, channels_last=False, *,
                         out=None, param_grads=True, weight=None):
     """The gradients of group_norm, as torch.nn.GroupNorm's autograd gives them, for
@@ -785,7 +757,6 @@ def group_norm_backward(dy, x, mean, rstd, groups, gamma=None, channels_last=Fal
     return dx, dgamma, dbeta
 
 
-@_float32_only
 def instance_norm_backward(dy, x, mean, rstd, gamma=None, channels_last=False, *,
                            out=None, param_grads=True, weight=None):
     """The gradients of instance_norm: group_norm_backward with a group per channel
