@@ -29,7 +29,7 @@ inline uint16_t QuietBit(const HalfFormat& fmt) {
 }
 
 // The value of a half pattern from its fields (NaN for any NaN pattern).
-inline long double Value(const HalfFormat& fmt, uint16_t h) {
+inline long double ValueFromFields(const HalfFormat& fmt, uint16_t h) {
   const int m = fmt.mantissa_bits, e = fmt.exponent_bits;
   const int bias = (1 << (e - 1)) - 1;
   const unsigned exponent = (h >> m) & ((1u << e) - 1);
@@ -44,26 +44,35 @@ inline long double Value(const HalfFormat& fmt, uint16_t h) {
                            static_cast<int>(exponent) - bias - m);
 }
 
-// The value as fp32 holds it (exactly: both formats are subsets of fp32).
-inline float Widen(const HalfFormat& fmt, uint16_t h) {
-  return static_cast<float>(Value(fmt, h));
-}
-
-inline bool IsNaN(const HalfFormat& fmt, uint16_t h) { return std::isnan(Value(fmt, h)); }
-inline bool IsQuiet(const HalfFormat& fmt, uint16_t h) {
-  return (h & QuietBit(fmt)) != 0;
-}
-
-// The values of the patterns 0 .. the largest finite one, ascending (looked up by the
-// rounding below: a binary search over Value itself cost most of the tests' time).
+// The values of the patterns 0 .. +Inf, ascending (the tests look up millions).
 inline const std::vector<long double>& Magnitudes(const HalfFormat& fmt) {
   static const auto table = [](const HalfFormat& f) {
-    std::vector<long double> v(InfBits(f));
-    for (uint32_t h = 0; h < v.size(); ++h) v[h] = Value(f, static_cast<uint16_t>(h));
+    std::vector<long double> v(InfBits(f) + 1);
+    for (uint32_t h = 0; h < v.size(); ++h) {
+      v[h] = ValueFromFields(f, static_cast<uint16_t>(h));
+    }
     return v;
   };
   static const std::vector<long double> bf16 = table(kBf16), f16 = table(kF16);
   return fmt.exponent_bits == kBf16.exponent_bits ? bf16 : f16;
+}
+
+inline bool IsNaN(const HalfFormat& fmt, uint16_t h) {
+  return (h & 0x7FFF) > InfBits(fmt);
+}
+inline bool IsQuiet(const HalfFormat& fmt, uint16_t h) {
+  return (h & QuietBit(fmt)) != 0;
+}
+
+inline long double Value(const HalfFormat& fmt, uint16_t h) {
+  if (IsNaN(fmt, h)) return std::nanl("");
+  const long double a = Magnitudes(fmt)[h & 0x7FFF];
+  return (h >> 15) != 0 ? -a : a;
+}
+
+// The value as fp32 holds it (exactly: both formats are subsets of fp32).
+inline float Widen(const HalfFormat& fmt, uint16_t h) {
+  return static_cast<float>(Value(fmt, h));
 }
 
 // Round to nearest, ties to even: the nearer of the two representable neighbours (the
@@ -78,9 +87,13 @@ inline uint16_t Round(const HalfFormat& fmt, long double v) {
   const uint16_t max = inf - 1;
   const long double top = magnitude[max], step = top - magnitude[max - 1];
   if (a >= top + step / 2) return sign | inf;
-  // The largest pattern whose value is <= a (patterns of one sign are ordered).
-  const uint16_t lo = static_cast<uint16_t>(
-      std::upper_bound(magnitude.begin(), magnitude.end(), a) - magnitude.begin() - 1);
+  // The largest pattern whose value is <= a: where 2^e <= a < 2^(e+1), the pattern
+  // ((e + bias - 1) << m) + k has the value k * 2^(e - m), k in [2^m, 2^(m+1)) (below
+  // the least exponent, the subnormals: k from 0).
+  const int m = fmt.mantissa_bits, bias = (1 << (fmt.exponent_bits - 1)) - 1;
+  const int e = a == 0 ? 1 - bias : std::max(std::ilogb(a), 1 - bias);
+  const uint16_t lo = static_cast<uint16_t>(((e + bias - 1) << m) +
+                                            static_cast<int>(std::ldexp(a, m - e)));
   if (lo == max) return sign | max;
   const long double below = a - magnitude[lo], above = magnitude[lo + 1] - a;
   const bool up = above < below || (above == below && (lo & 1) != 0);
