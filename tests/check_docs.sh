@@ -4,7 +4,8 @@
 # every link and image in the Markdown files resolves to a file or folder of the
 # repository (no http(s) links, nothing outside it); no file points at the shared
 # folder beside the checkout; every source file carries its SPDX licence line; every
-# function of include/normkernels.h is named in docs/c-abi.md and in README.md.
+# function of include/normkernels.h is named in docs/c-abi.md and in README.md (there,
+# row-strided and half forms by their fp32 name and marker).
 # Needs no build; reads the tracked files (every file but build trees outside git).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -103,10 +104,19 @@ echo "checked $sources source files for their SPDX line"
 
 functions=$(grep -oE '\bnk_[a-z0-9_]+[[:space:]]*\(' include/normkernels.h | tr -d ' (' |
             sort -u)
+# README may name a row-strided or half-precision form by its contiguous fp32 name and
+# the form's marker (`_strided_`, `_bf16`, `_f16`); docs/c-abi.md names every one.
 for fn in $functions; do
-  for doc in docs/c-abi.md README.md; do
-    grep -qw -- "$fn" "$doc" || fail "$fn (include/normkernels.h) is not named in $doc"
-  done
+  grep -qw -- "$fn" docs/c-abi.md || fail "$fn (include/normkernels.h) is not named in docs/c-abi.md"
+  grep -qw -- "$fn" README.md && continue
+  base=${fn/_strided_/_}
+  case "$base" in *_bf16 | *_f16) base=${base%_*}_f32 ;; esac
+  named=1
+  grep -qw -- "$base" README.md || named=0
+  case "$fn" in *_strided_*) grep -qF -- '_strided_' README.md || named=0 ;; esac
+  case "$fn" in *_bf16) grep -qF -- '_bf16' README.md || named=0 ;; esac
+  case "$fn" in *_f16) grep -qF -- '_f16' README.md || named=0 ;; esac
+  [ "$named" = 1 ] || fail "$fn (include/normkernels.h) is not named in README.md"
 done
 echo "checked $(echo "$functions" | wc -w) functions of include/normkernels.h"
 

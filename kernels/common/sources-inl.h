@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // sources-inl.h: what a row is read from (x, x + residual, rescaled), per target, and
 // the loop helpers the row and channel paths share (read-ahead, tails, y's alignment).
-// A source loads the row's elements [i, i + Lanes(d)) as fp32; the bf16 sources
-// will widen here, so statistics and normalization code is written once.
+// A source loads the row's elements [i, i + Lanes(d)) as fp32, widening half
+// tensors here, so statistics and normalization code is written once for every
+// element type.
 #if defined(NK_KERNELS_SOURCES_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef NK_KERNELS_SOURCES_INL_H_
 #undef NK_KERNELS_SOURCES_INL_H_
@@ -12,8 +13,11 @@
 
 #include <stdint.h>
 
+#include <type_traits>
+
 #include "hwy/cache_control.h"
 #include "hwy/highway.h"
+#include "kernels/common/half-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace nk {
@@ -38,19 +42,83 @@ constexpr size_t kCacheAheadBytes = 2048;
 // nothing). Streamed outputs take non-temporal stores instead.
 constexpr size_t kWriteAheadBytes = 8192;
 
-struct F32Source {
-  const float* x;
+// Tensor elements of type T (float, hwy::bfloat16_t, hwy::float16_t) as fp32 vectors
+// of D: loads widen exactly, stores round to nearest even (half-inl.h).
+template <class D>
+HWY_INLINE hn::Vec<D> LoadElems(D d, const float* p) {
+  return hn::LoadU(d, p);
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadElems(D d, const hwy::bfloat16_t* p) {
+  return WidenBf16(d, hn::LoadU(HalfTag<D>(), reinterpret_cast<const uint16_t*>(p)));
+}
+template <class D>
+HWY_INLINE hn::Vec<D> LoadElems(D d, const hwy::float16_t* p) {
+  return WidenF16(d, hn::LoadU(HalfTag<D>(), reinterpret_cast<const uint16_t*>(p)));
+}
+
+template <class D>
+HWY_INLINE hn::Vec<HalfTag<D>> Narrow(D d, hn::Vec<D> v, const hwy::bfloat16_t*) {
+  return NarrowBf16(d, v);
+}
+template <class D>
+HWY_INLINE hn::Vec<HalfTag<D>> Narrow(D d, hn::Vec<D> v, const hwy::float16_t*) {
+  return NarrowF16(d, v);
+}
+
+template <class D>
+HWY_INLINE void StoreElems(hn::Vec<D> v, D d, float* p) {
+  hn::StoreU(v, d, p);
+}
+template <class D, class T>
+HWY_INLINE void StoreElems(hn::Vec<D> v, D d, T* p) {
+  hn::StoreU(Narrow(d, v, p), HalfTag<D>(), reinterpret_cast<uint16_t*>(p));
+}
+
+// A non-temporal store of a whole vector at a multiple of its size. Half vectors of
+// less than 16 bytes (SSE4, SSSE3) take a regular store: Highway's Stream writes 16
+// bytes for any vector there.
+template <class D>
+HWY_INLINE void StreamElems(hn::Vec<D> v, D d, float* p) {
+  hn::Stream(v, d, p);
+}
+template <class D, class T>
+HWY_INLINE void StreamElems(hn::Vec<D> v, D d, T* p) {
+  const HalfTag<D> dh;
+  if constexpr (hn::MaxLanes(dh) * sizeof(uint16_t) >= 16) {
+    hn::Stream(Narrow(d, v, p), dh, reinterpret_cast<uint16_t*>(p));
+  } else {
+    StoreElems(v, d, p);
+  }
+}
+
+// v as a T holds it: v itself for float, rounded to nearest even for halves.
+template <class T, class D>
+HWY_INLINE hn::Vec<D> RoundTo(D d, hn::Vec<D> v) {
+  if constexpr (std::is_same_v<T, float>) {
+    return v;
+  } else if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
+    return WidenBf16(d, NarrowBf16(d, v));
+  } else {
+    return WidenF16(d, NarrowF16(d, v));
+  }
+}
+
+template <class T>
+struct TensorSource {
+  const T* x;
   size_t ld = 0;  // row stride in elements (row paths)
-  F32Source Row(size_t r) const { return {x + r * ld, ld}; }
+  TensorSource Row(size_t r) const { return {x + r * ld, ld}; }
   template <class D>
   HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
-    return hn::LoadU(d, x + i);
+    return LoadElems(d, x + i);
   }
   // Asks for the cache line `bytes` past element i.
   HWY_INLINE void Prefetch(size_t i, size_t bytes) const {
     hwy::Prefetch(reinterpret_cast<const char*>(x + i) + bytes);
   }
 };
+using F32Source = TensorSource<float>;
 
 #undef NK_LINE_PAIRS  // per target
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
@@ -105,21 +173,24 @@ class LinePairSource {
 };
 #endif
 
-// The fused residual step without a stored sum: s = x + residual, recomputed.
-struct AddSource {
-  const float* x;
-  const float* residual;
+// The fused residual step without a stored sum: s = x + residual, recomputed and
+// rounded to T, as a stored sum holds it.
+template <class T>
+struct AddSourceT {
+  const T* x;
+  const T* residual;
   size_t ldx, ldr;  // row strides in elements
-  AddSource Row(size_t r) const { return {x + r * ldx, residual + r * ldr, ldx, ldr}; }
+  AddSourceT Row(size_t r) const { return {x + r * ldx, residual + r * ldr, ldx, ldr}; }
   template <class D>
   HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
-    return hn::Add(hn::LoadU(d, x + i), hn::LoadU(d, residual + i));
+    return RoundTo<T>(d, hn::Add(LoadElems(d, x + i), LoadElems(d, residual + i)));
   }
   HWY_INLINE void Prefetch(size_t i, size_t bytes) const {
     hwy::Prefetch(reinterpret_cast<const char*>(x + i) + bytes);
     hwy::Prefetch(reinterpret_cast<const char*>(residual + i) + bytes);
   }
 };
+using AddSource = AddSourceT<float>;
 
 // The overflow slow path: the source times a power of two (exact).
 template <class Src>
@@ -152,14 +223,14 @@ HWY_INLINE void ForEachVector(D d, size_t begin, size_t end, const Func& f) {
   for (; i < end; ++i) f(d1, i);
 }
 
-// The elements of y before its first vector boundary (0 for y that is not even
-// float-aligned: it is stored unaligned throughout).
-template <class D>
-HWY_INLINE size_t HeadToAlign(D d, const float* y) {
-  const size_t bytes = hn::Lanes(d) * sizeof(float);
+// The elements of y before its first vector boundary (the vector of its elements; 0
+// for y that is not even element-aligned: it is stored unaligned throughout).
+template <class D, class T>
+HWY_INLINE size_t HeadToAlign(D d, const T* y) {
+  const size_t bytes = hn::Lanes(d) * sizeof(T);
   const uintptr_t addr = reinterpret_cast<uintptr_t>(y);
-  if (addr % sizeof(float) != 0) return 0;
-  return (bytes - addr % bytes) % bytes / sizeof(float);
+  if (addr % sizeof(T) != 0) return 0;
+  return (bytes - addr % bytes) % bytes / sizeof(T);
 }
 
 // Streamed outputs take non-temporal stores of whole cache lines only, each line
@@ -170,14 +241,17 @@ HWY_INLINE size_t HeadToAlign(D d, const float* y) {
 // from y's first vector boundary on ran at 0.05x of a copy; LayerNorm of 65536x256 at
 // 0.4x). So streaming starts at a line boundary.
 constexpr size_t kLineBytes = 64;
-constexpr size_t kLineFloats = kLineBytes / sizeof(float);
+template <class T>
+constexpr size_t kLineElems = kLineBytes / sizeof(T);
+constexpr size_t kLineFloats = kLineElems<float>;
 
 // The elements of y before its first cache line boundary (0 for y that is not even
-// float-aligned: it is not streamed).
-HWY_INLINE size_t HeadToLine(const float* y) {
+// element-aligned: it is not streamed).
+template <class T>
+HWY_INLINE size_t HeadToLine(const T* y) {
   const uintptr_t addr = reinterpret_cast<uintptr_t>(y);
-  if (addr % sizeof(float) != 0) return 0;
-  return (kLineBytes - addr % kLineBytes) % kLineBytes / sizeof(float);
+  if (addr % sizeof(T) != 0) return 0;
+  return (kLineBytes - addr % kLineBytes) % kLineBytes / sizeof(T);
 }
 
 // Where a streamed span of y starts: its first vector boundary where that is y itself
@@ -185,13 +259,13 @@ HWY_INLINE size_t HeadToLine(const float* y) {
 // LayerNorm of 65536x256 at SSE4 and +16 bytes, 1 thread, 0.62x of a copy against 0.52x
 // from the line boundary on), else its first line boundary. StreamUnit: the elements
 // the streamed part is whole multiples of, accordingly.
-template <class D>
-HWY_INLINE size_t StreamLead(D d, const float* y) {
+template <class D, class T>
+HWY_INLINE size_t StreamLead(D d, const T* y) {
   return HeadToAlign(d, y) == 0 ? 0 : HeadToLine(y);
 }
-template <class D>
-HWY_INLINE size_t StreamUnit(D d, const float* y) {
-  return HeadToAlign(d, y) == 0 ? hn::Lanes(d) : kLineFloats;
+template <class D, class T>
+HWY_INLINE size_t StreamUnit(D d, const T* y) {
+  return HeadToAlign(d, y) == 0 ? hn::Lanes(d) : kLineElems<T>;
 }
 
 // y[i] = value(d, i) for i in [begin, end) with regular stores that write no element
@@ -199,11 +273,10 @@ HWY_INLINE size_t StreamUnit(D d, const float* y) {
 // (ForEachVector). Masked stores were slower on this AMD CPU, AVX2's and AVX-512's
 // alike (LayerNorm at +16 bytes, 1 thread, ratio to a copy: 65536x256 at AVX2 0.37
 // against 0.50-0.61 lane by lane; 16384x1024 at AVX3 0.82 against 1.02).
-template <class D, class Value>
-HWY_INLINE void StoreWithin(D d, const Value& value, size_t begin, size_t end,
-                            float* y) {
+template <class D, class Value, class T>
+HWY_INLINE void StoreWithin(D d, const Value& value, size_t begin, size_t end, T* y) {
   ForEachVector(d, begin, end,
-                [&](auto dv, size_t i) HWY_ATTR { hn::StoreU(value(dv, i), dv, y + i); });
+                [&](auto dv, size_t i) HWY_ATTR { StoreElems(value(dv, i), dv, y + i); });
 }
 
 }  // namespace HWY_NAMESPACE

@@ -19,7 +19,9 @@ namespace {
 
 // Few rows, each long: all threads take chunks of every row; per-row merges in the
 // fixed pairwise order of moments.h give the same bits as the one-row loop.
-nk_status RunChunked(const RowNormKernels& k, const RowNormJob& job, int threads) {
+template <class T>
+nk_status RunChunked(const RowNormKernelsT<T>& k, const RowNormJobT<T>& job,
+                     int threads) {
   const size_t nchunks = NumChunks(job.cols);
   const size_t items = job.rows * nchunks;
   std::vector<Moments> moments;
@@ -87,12 +89,13 @@ uintptr_t LineOffset(const void* p) { return reinterpret_cast<uintptr_t>(p) % kL
 // 200 -> 195 us.)
 // Rows at another stride than y's keep their offset from y only where the strides'
 // difference is whole vectors.
-bool AlignY(const RowNormJob& job, size_t bytes) {
+template <class T>
+bool AlignY(const RowNormJobT<T>& job, size_t bytes) {
   const uintptr_t y = reinterpret_cast<uintptr_t>(job.y);
-  const auto keeps_whole = [&](const float* p, size_t ld) {
+  const auto keeps_whole = [&](const T* p, size_t ld) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     return p == nullptr || a % bytes != 0 ||
-           ((a - y) % bytes == 0 && (ld - job.ldy) * sizeof(float) % bytes == 0);
+           ((a - y) % bytes == 0 && (ld - job.ldy) * sizeof(T) % bytes == 0);
   };
   return keeps_whole(job.x, job.ldx) && keeps_whole(job.residual, job.ldr) &&
          keeps_whole(job.sum, job.lds);
@@ -100,18 +103,22 @@ bool AlignY(const RowNormJob& job, size_t bytes) {
 
 // The offset from a cache line that gamma and beta should have: y's, where every row
 // of y has it and the rows are stored from y's first vector boundary on; else none.
-uintptr_t ParamOffset(const RowNormJob& job) {
+// (For half tensors, gamma and beta, fp32, take twice y's offset: the columns of a
+// vector of y span twice its bytes in them.)
+template <class T>
+uintptr_t ParamOffset(const RowNormJobT<T>& job) {
   const uintptr_t y = LineOffset(job.y);
-  const bool same = job.align_y && job.cols % (kLine / sizeof(float)) == 0 &&
-                    job.ldy % (kLine / sizeof(float)) == 0 && y % sizeof(float) == 0;
-  return same && job.cols > kShortRowCols ? y : 0;
+  const bool same = job.align_y && job.cols % (kLine / sizeof(T)) == 0 &&
+                    job.ldy % (kLine / sizeof(T)) == 0 && y % sizeof(T) == 0;
+  return same && job.cols > kShortRowCols ? y * sizeof(float) / sizeof(T) % kLine : 0;
 }
 
 bool Misplaced(const float* p, uintptr_t offset) {
   return p != nullptr && LineOffset(p) != offset;
 }
 
-void AlignParams(RowNormJob& job) {
+template <class T>
+void AlignParams(RowNormJobT<T>& job) {
   if (job.rows < kCopyParamsMinRows || job.cols > kChunk) return;
   const uintptr_t offset = ParamOffset(job);
   if (!Misplaced(job.gamma, offset) && !Misplaced(job.beta, offset)) return;
@@ -137,8 +144,9 @@ void AlignParams(RowNormJob& job) {
 
 }  // namespace
 
-nk_status RunRowNorm(RowNormJob job) {
-  const RowNormKernels& k = RowNormKernelsFor(CurrentTarget());
+template <class T>
+nk_status RunRowNorm(RowNormJobT<T> job) {
+  const RowNormKernelsT<T>& k = RowNormKernelsFor<T>(CurrentTarget());
   job.align_y = AlignY(job, k.vector_bytes);
   AlignParams(job);
   const size_t elements = job.rows * job.cols;
@@ -146,7 +154,7 @@ nk_status RunRowNorm(RowNormJob job) {
   // as in BatchNorm: LayerNorm of 4096x1024 (16 MiB x), 1 thread, streamed once its x
   // and y reached kStreamBytes instead of once y alone did: 1250 -> 630 us.
   const size_t tensors = 2 + (job.residual != nullptr) + (job.sum != nullptr);
-  job.stream = tensors * elements * sizeof(float) >= kStreamBytes;
+  job.stream = tensors * elements * sizeof(T) >= kStreamBytes;
   const int threads = ThreadsFor(elements);
   if (threads > 1 && job.cols > kChunk && job.rows < 4 * static_cast<size_t>(threads)) {
     return RunChunked(k, job, threads);
@@ -156,5 +164,9 @@ nk_status RunRowNorm(RowNormJob job) {
   });
   return NK_OK;
 }
+
+template nk_status RunRowNorm(RowNormJobT<float> job);
+template nk_status RunRowNorm(RowNormJobT<hwy::bfloat16_t> job);
+template nk_status RunRowNorm(RowNormJobT<hwy::float16_t> job);
 
 }  // namespace nk

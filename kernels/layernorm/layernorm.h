@@ -4,13 +4,16 @@
 #ifndef NK_KERNELS_LAYERNORM_H_
 #define NK_KERNELS_LAYERNORM_H_
 
+#include "hwy/base.h"
 #include "include/normkernels.h"
 #include "kernels/layernorm/rownorm.h"
 
 namespace nk {
 
-// Runs a validated job on the current target with the configured threads.
-nk_status RunRowNorm(RowNormJob job);
+// Runs a validated job on the current target with the configured threads (T: float,
+// hwy::bfloat16_t, hwy::float16_t).
+template <class T>
+nk_status RunRowNorm(RowNormJobT<T> job);
 
 // Runs a validated backward job; dgamma / dbeta ([cols] each) may be nullptr.
 nk_status RunRowNormBackward(RowGradJob job, float* dgamma, float* dbeta);

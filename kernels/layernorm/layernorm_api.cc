@@ -10,47 +10,52 @@ namespace {
 
 // A row-major tensor argument: its pointer and row stride (elements). Outputs are
 // held as const too and given back to the job writable.
+template <class T = float>
 struct Rows {
-  const float* data;
+  const T* data;
   size_t ld;
 };
 
-// All four forwards: x (+ residual) -> [sum], y, [mean], rstd/rrms.
+// All four forwards: x (+ residual) -> [sum], y, [mean], rstd/rrms, for tensors of T
+// (float, hwy::bfloat16_t, hwy::float16_t).
+template <class T>
 nk_status RowNormForward(const char* function, bool center, bool fused, size_t rows,
-                         size_t cols, Rows x, Rows residual, const float* gamma,
-                         const float* beta, float eps, Rows sum, Rows y, float* mean,
-                         float* rstd) {
+                         size_t cols, Rows<T> x, Rows<T> residual, const float* gamma,
+                         const float* beta, float eps, Rows<T> sum, Rows<T> y,
+                         float* mean, float* rstd) {
   const char* rstd_name = center ? "rstd" : "rrms";
   size_t elements = 0;
   Validator v(function);
+  // (Counted in fp32 bytes for every T: gamma and beta hold cols floats.)
   v.Eps(eps)
       .NonZero(cols, "cols", "a row must have at least one element")
       .Product(rows, "rows", cols, "cols", sizeof(float), &elements)
-      .RowStride(x.ld, "ldx", rows, cols, sizeof(float));
-  if (fused) v.RowStride(residual.ld, "ldr", rows, cols, sizeof(float));
-  if (sum.data != nullptr) v.RowStride(sum.ld, "lds", rows, cols, sizeof(float));
-  v.RowStride(y.ld, "ldy", rows, cols, sizeof(float));
+      .RowStride(x.ld, "ldx", rows, cols, sizeof(T));
+  if (fused) v.RowStride(residual.ld, "ldr", rows, cols, sizeof(T));
+  if (sum.data != nullptr) v.RowStride(sum.ld, "lds", rows, cols, sizeof(T));
+  v.RowStride(y.ld, "ldy", rows, cols, sizeof(T));
   if (v.failed()) return v.status();
   if (rows == 0) return NK_OK;
   v.NotNull(x.data, "x");
   if (fused) v.NotNull(residual.data, "residual");
   v.NotNull(y.data, "y");
-  const size_t row_bytes = cols * sizeof(float);  // a row, and gamma / beta
+  const size_t row_bytes = cols * sizeof(T);
+  const size_t param_bytes = cols * sizeof(float);
   const size_t stat_bytes = rows * sizeof(float);
-  const auto tensor = [&](const char* name, Rows t, bool output) {
-    return Buffer{name, t.data, row_bytes, output, rows, t.ld * sizeof(float)};
+  const auto tensor = [&](const char* name, Rows<T> t, bool output) {
+    return Buffer{name, t.data, row_bytes, output, rows, t.ld * sizeof(T)};
   };
   v.NoOverlap({tensor("x", x, false),
                tensor("residual", residual, false),
-               {"gamma", gamma, row_bytes, false},
-               {"beta", beta, row_bytes, false},
+               {"gamma", gamma, param_bytes, false},
+               {"beta", beta, param_bytes, false},
                tensor("sum", sum, true),
                tensor("y", y, true),
                {"mean", mean, stat_bytes, true},
                {rstd_name, rstd, stat_bytes, true}},
               {{"y", "x"}, {"y", "residual"}, {"sum", "x"}, {"sum", "residual"}});
   if (v.failed()) return v.status();
-  RowNormJob job = {};
+  RowNormJobT<T> job = {};
   job.function = function;
   job.center = center;
   job.rows = rows;
@@ -60,8 +65,8 @@ nk_status RowNormForward(const char* function, bool center, bool fused, size_t r
   job.gamma = gamma;
   job.beta = beta;
   job.eps = eps;
-  job.sum = const_cast<float*>(sum.data);
-  job.y = const_cast<float*>(y.data);
+  job.sum = const_cast<T*>(sum.data);
+  job.y = const_cast<T*>(y.data);
   job.mean = mean;
   job.rstd = rstd;
   job.ldx = x.ld;
@@ -74,8 +79,8 @@ nk_status RowNormForward(const char* function, bool center, bool fused, size_t r
 // All four backwards: x (the fused forms' sum), dy, [dsum], mean, rstd/rrms, gamma ->
 // dx, [dgamma], [dbeta].
 nk_status RowNormBackward(const char* function, bool center, bool fused, size_t rows,
-                          size_t cols, Rows x, Rows dy, Rows dsum, const float* mean,
-                          const float* rstd, const float* gamma, Rows dx, float* dgamma,
+                          size_t cols, Rows<> x, Rows<> dy, Rows<> dsum, const float* mean,
+                          const float* rstd, const float* gamma, Rows<> dx, float* dgamma,
                           float* dbeta) {
   const char* x_name = fused ? "sum" : "x";
   const char* rstd_name = center ? "rstd" : "rrms";
@@ -94,7 +99,7 @@ nk_status RowNormBackward(const char* function, bool center, bool fused, size_t 
   v.NotNull(rstd, rstd_name).NotNull(dx.data, "dx");
   const size_t row_bytes = cols * sizeof(float);  // a row, and gamma / dgamma / dbeta
   const size_t stat_bytes = rows * sizeof(float);
-  const auto tensor = [&](const char* name, Rows t, bool output) {
+  const auto tensor = [&](const char* name, Rows<> t, bool output) {
     return Buffer{name, t.data, row_bytes, output, rows, t.ld * sizeof(float)};
   };
   v.NoOverlap({tensor(x_name, x, false),
@@ -127,71 +132,93 @@ nk_status RowNormBackward(const char* function, bool center, bool fused, size_t 
   return RunRowNormBackward(job, dgamma, dbeta);
 }
 
+// The C ABI's element pointers as the kernels' types (nk_bf16 and nk_f16 hold the
+// bits of hwy::bfloat16_t and hwy::float16_t).
+template <class T, class C>
+const T* As(const C* p) {
+  return reinterpret_cast<const T*>(p);
+}
+template <class T, class C>
+T* As(C* p) {
+  return reinterpret_cast<T*>(p);
+}
+
 }  // namespace
 }  // namespace nk
 
 extern "C" {
 
-nk_status nk_layernorm_forward_f32(size_t rows, size_t cols, const float* x,
-                                   const float* gamma, const float* beta, float eps,
-                                   float* y, float* mean, float* rstd) {
-  return nk::RowNormForward(__func__, true, false, rows, cols, {x, cols}, {}, gamma, beta,
-                            eps, {}, {y, cols}, mean, rstd);
-}
+// The four forwards and their row-strided forms for tensors of CTYPE (the C type) held
+// as ELEM (the kernels' type), named with SUFFIX.
+#define NK_ROWNORM_FORWARDS(SUFFIX, CTYPE, ELEM)                                         \
+  nk_status nk_layernorm_forward_##SUFFIX(                                               \
+      size_t rows, size_t cols, const CTYPE* x, const float* gamma, const float* beta,   \
+      float eps, CTYPE* y, float* mean, float* rstd) {                                   \
+    return nk::RowNormForward<ELEM>(__func__, true, false, rows, cols,                   \
+                                    {nk::As<ELEM>(x), cols}, {}, gamma, beta, eps, {},   \
+                                    {nk::As<ELEM>(y), cols}, mean, rstd);                \
+  }                                                                                      \
+  nk_status nk_rmsnorm_forward_##SUFFIX(size_t rows, size_t cols, const CTYPE* x,        \
+                                        const float* gamma, float eps, CTYPE* y,         \
+                                        float* rrms) {                                   \
+    return nk::RowNormForward<ELEM>(__func__, false, false, rows, cols,                  \
+                                    {nk::As<ELEM>(x), cols}, {}, gamma, nullptr, eps,    \
+                                    {}, {nk::As<ELEM>(y), cols}, nullptr, rrms);         \
+  }                                                                                      \
+  nk_status nk_add_layernorm_forward_##SUFFIX(size_t rows, size_t cols, const CTYPE* x,  \
+                                              const CTYPE* residual, const float* gamma, \
+                                              const float* beta, float eps, CTYPE* sum,  \
+                                              CTYPE* y, float* mean, float* rstd) {      \
+    return nk::RowNormForward<ELEM>(                                                     \
+        __func__, true, true, rows, cols, {nk::As<ELEM>(x), cols},                       \
+        {nk::As<ELEM>(residual), cols}, gamma, beta, eps, {nk::As<ELEM>(sum), cols},     \
+        {nk::As<ELEM>(y), cols}, mean, rstd);                                            \
+  }                                                                                      \
+  nk_status nk_add_rmsnorm_forward_##SUFFIX(                                             \
+      size_t rows, size_t cols, const CTYPE* x, const CTYPE* residual,                   \
+      const float* gamma, float eps, CTYPE* sum, CTYPE* y, float* rrms) {                \
+    return nk::RowNormForward<ELEM>(                                                     \
+        __func__, false, true, rows, cols, {nk::As<ELEM>(x), cols},                      \
+        {nk::As<ELEM>(residual), cols}, gamma, nullptr, eps, {nk::As<ELEM>(sum), cols},  \
+        {nk::As<ELEM>(y), cols}, nullptr, rrms);                                         \
+  }                                                                                      \
+  nk_status nk_layernorm_forward_strided_##SUFFIX(                                       \
+      size_t rows, size_t cols, const CTYPE* x, size_t ldx, const float* gamma,          \
+      const float* beta, float eps, CTYPE* y, size_t ldy, float* mean, float* rstd) {    \
+    return nk::RowNormForward<ELEM>(__func__, true, false, rows, cols,                   \
+                                    {nk::As<ELEM>(x), ldx}, {}, gamma, beta, eps, {},    \
+                                    {nk::As<ELEM>(y), ldy}, mean, rstd);                 \
+  }                                                                                      \
+  nk_status nk_rmsnorm_forward_strided_##SUFFIX(                                         \
+      size_t rows, size_t cols, const CTYPE* x, size_t ldx, const float* gamma,          \
+      float eps, CTYPE* y, size_t ldy, float* rrms) {                                    \
+    return nk::RowNormForward<ELEM>(__func__, false, false, rows, cols,                  \
+                                    {nk::As<ELEM>(x), ldx}, {}, gamma, nullptr, eps, {}, \
+                                    {nk::As<ELEM>(y), ldy}, nullptr, rrms);              \
+  }                                                                                      \
+  nk_status nk_add_layernorm_forward_strided_##SUFFIX(                                   \
+      size_t rows, size_t cols, const CTYPE* x, size_t ldx, const CTYPE* residual,       \
+      size_t ldr, const float* gamma, const float* beta, float eps, CTYPE* sum,          \
+      size_t lds, CTYPE* y, size_t ldy, float* mean, float* rstd) {                      \
+    return nk::RowNormForward<ELEM>(                                                     \
+        __func__, true, true, rows, cols, {nk::As<ELEM>(x), ldx},                        \
+        {nk::As<ELEM>(residual), ldr}, gamma, beta, eps, {nk::As<ELEM>(sum), lds},       \
+        {nk::As<ELEM>(y), ldy}, mean, rstd);                                             \
+  }                                                                                      \
+  nk_status nk_add_rmsnorm_forward_strided_##SUFFIX(                                     \
+      size_t rows, size_t cols, const CTYPE* x, size_t ldx, const CTYPE* residual,       \
+      size_t ldr, const float* gamma, float eps, CTYPE* sum, size_t lds, CTYPE* y,       \
+      size_t ldy, float* rrms) {                                                         \
+    return nk::RowNormForward<ELEM>(                                                     \
+        __func__, false, true, rows, cols, {nk::As<ELEM>(x), ldx},                       \
+        {nk::As<ELEM>(residual), ldr}, gamma, nullptr, eps, {nk::As<ELEM>(sum), lds},    \
+        {nk::As<ELEM>(y), ldy}, nullptr, rrms);                                          \
+  }
 
-nk_status nk_rmsnorm_forward_f32(size_t rows, size_t cols, const float* x,
-                                 const float* gamma, float eps, float* y, float* rrms) {
-  return nk::RowNormForward(__func__, false, false, rows, cols, {x, cols}, {}, gamma,
-                            nullptr, eps, {}, {y, cols}, nullptr, rrms);
-}
-
-nk_status nk_add_layernorm_forward_f32(size_t rows, size_t cols, const float* x,
-                                       const float* residual, const float* gamma,
-                                       const float* beta, float eps, float* sum,
-                                       float* y, float* mean, float* rstd) {
-  return nk::RowNormForward(__func__, true, true, rows, cols, {x, cols}, {residual, cols},
-                            gamma, beta, eps, {sum, cols}, {y, cols}, mean, rstd);
-}
-
-nk_status nk_add_rmsnorm_forward_f32(size_t rows, size_t cols, const float* x,
-                                     const float* residual, const float* gamma,
-                                     float eps, float* sum, float* y, float* rrms) {
-  return nk::RowNormForward(__func__, false, true, rows, cols, {x, cols},
-                            {residual, cols}, gamma, nullptr, eps, {sum, cols},
-                            {y, cols}, nullptr, rrms);
-}
-
-nk_status nk_layernorm_forward_strided_f32(size_t rows, size_t cols, const float* x,
-                                           size_t ldx, const float* gamma,
-                                           const float* beta, float eps, float* y,
-                                           size_t ldy, float* mean, float* rstd) {
-  return nk::RowNormForward(__func__, true, false, rows, cols, {x, ldx}, {}, gamma, beta,
-                            eps, {}, {y, ldy}, mean, rstd);
-}
-
-nk_status nk_rmsnorm_forward_strided_f32(size_t rows, size_t cols, const float* x,
-                                         size_t ldx, const float* gamma, float eps,
-                                         float* y, size_t ldy, float* rrms) {
-  return nk::RowNormForward(__func__, false, false, rows, cols, {x, ldx}, {}, gamma,
-                            nullptr, eps, {}, {y, ldy}, nullptr, rrms);
-}
-
-nk_status nk_add_layernorm_forward_strided_f32(
-    size_t rows, size_t cols, const float* x, size_t ldx, const float* residual,
-    size_t ldr, const float* gamma, const float* beta, float eps, float* sum, size_t lds,
-    float* y, size_t ldy, float* mean, float* rstd) {
-  return nk::RowNormForward(__func__, true, true, rows, cols, {x, ldx}, {residual, ldr},
-                            gamma, beta, eps, {sum, lds}, {y, ldy}, mean, rstd);
-}
-
-nk_status nk_add_rmsnorm_forward_strided_f32(size_t rows, size_t cols, const float* x,
-                                             size_t ldx, const float* residual,
-                                             size_t ldr, const float* gamma, float eps,
-                                             float* sum, size_t lds, float* y,
-                                             size_t ldy, float* rrms) {
-  return nk::RowNormForward(__func__, false, true, rows, cols, {x, ldx}, {residual, ldr},
-                            gamma, nullptr, eps, {sum, lds}, {y, ldy}, nullptr, rrms);
-}
+NK_ROWNORM_FORWARDS(f32, float, float)
+NK_ROWNORM_FORWARDS(bf16, nk_bf16, hwy::bfloat16_t)
+NK_ROWNORM_FORWARDS(f16, nk_f16, hwy::float16_t)
+#undef NK_ROWNORM_FORWARDS
 
 nk_status nk_layernorm_backward_f32(size_t rows, size_t cols, const float* x,
                                     const float* dy, const float* mean, const float* rstd,

@@ -44,7 +44,7 @@ void MergeParts(int threads, float* partial, size_t parts, size_t cols, float* o
 }  // namespace
 
 nk_status RunRowNormBackward(RowGradJob job, float* dgamma, float* dbeta) {
-  const RowNormKernels& k = RowNormKernelsFor(CurrentTarget());
+  const RowGradKernels& k = RowGradKernelsFor(CurrentTarget());
   const size_t rows = job.rows, cols = job.cols;
   const size_t elements = rows * cols;
   const size_t tensors = 3 + (job.dsum != nullptr);  // x, dy, dx (+ dsum)

@@ -27,8 +27,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Calls fn(center, gamma, beta) with std::integral_constant<bool> arguments for
 // the job's variant: one branch per call, none in the loops.
-template <class Fn>
-HWY_INLINE void VisitVariant(const RowNormJob& job, const Fn& fn) {
+template <class Job, class Fn>
+HWY_INLINE void VisitVariant(const Job& job, const Fn& fn) {
   using T = std::true_type;
   using F = std::false_type;
   if (!job.center) {
@@ -45,11 +45,11 @@ HWY_INLINE void VisitVariant(const RowNormJob& job, const Fn& fn) {
 
 // Calls fn(src) with the source that row `row` is normalized from, once the fused
 // forms' sum has been stored (their first pass).
-template <class Fn>
-HWY_INLINE void WithRowSource(const RowNormJob& job, size_t row, const Fn& fn) {
-  if (job.residual == nullptr) return fn(F32Source{job.x, job.ldx}.Row(row));
-  if (job.sum != nullptr) return fn(F32Source{job.sum, job.lds}.Row(row));
-  return fn(AddSource{job.x, job.residual, job.ldx, job.ldr}.Row(row));
+template <class T, class Fn>
+HWY_INLINE void WithRowSource(const RowNormJobT<T>& job, size_t row, const Fn& fn) {
+  if (job.residual == nullptr) return fn(TensorSource<T>{job.x, job.ldx}.Row(row));
+  if (job.sum != nullptr) return fn(TensorSource<T>{job.sum, job.lds}.Row(row));
+  return fn(AddSourceT<T>{job.x, job.residual, job.ldx, job.ldr}.Row(row));
 }
 
 // Calls fn(src), or fn(LinePairSource) where that reads the same values of src's
@@ -65,8 +65,8 @@ HWY_INLINE void WithRowSource(const RowNormJob& job, size_t row, const Fn& fn) {
 #ifndef NK_INLINE_LAMBDA
 #define NK_INLINE_LAMBDA HWY_ATTR __attribute__((always_inline))
 #endif
-template <class Src, class Fn>
-HWY_INLINE void WithStatsSource(const RowNormJob& job, const Src& src, size_t c0,
+template <class T, class Src, class Fn>
+HWY_INLINE void WithStatsSource(const RowNormJobT<T>& job, const Src& src, size_t c0,
                                 size_t n, const Fn& fn) {
 #ifdef NK_LINE_PAIRS
   if constexpr (std::is_same_v<Src, F32Source>) {
@@ -82,18 +82,20 @@ HWY_INLINE void WithStatsSource(const RowNormJob& job, const Src& src, size_t c0
   fn(src);
 }
 
-// sum = x + residual over elements [c0, c0 + n) of a row. sum may be x or residual.
-HWY_INLINE void StoreSum(const RowNormJob& job, size_t row, size_t c0, size_t n) {
-  const float* x = job.x + row * job.ldx;
-  const float* r = job.residual + row * job.ldr;
-  float* s = job.sum + row * job.lds;
+// sum = x + residual over elements [c0, c0 + n) of a row, rounded to T once (as
+// AddSourceT rounds it). sum may be x or residual.
+template <class T>
+HWY_INLINE void StoreSum(const RowNormJobT<T>& job, size_t row, size_t c0, size_t n) {
+  const T* x = job.x + row * job.ldx;
+  const T* r = job.residual + row * job.ldr;
+  T* s = job.sum + row * job.lds;
   ForEachVector(hn::ScalableTag<float>(), c0, c0 + n, [&](auto d, size_t i) HWY_ATTR {
-    hn::StoreU(hn::Add(hn::LoadU(d, x + i), hn::LoadU(d, r + i)), d, s + i);
+    StoreElems(hn::Add(LoadElems(d, x + i), LoadElems(d, r + i)), d, s + i);
   });
 }
 
-template <bool kCenter>
-Moments ChunkMomentsT(const RowNormJob& job, size_t row, size_t c0, size_t n,
+template <bool kCenter, class T>
+Moments ChunkMomentsT(const RowNormJobT<T>& job, size_t row, size_t c0, size_t n,
                       float scale, bool first_pass) {
   const hn::ScalableTag<float> d;
   if (first_pass && job.residual != nullptr && job.sum != nullptr) {
@@ -144,21 +146,21 @@ struct Normalized {
 // y = Normalized over [c0, c0 + n). With `stream` (outputs far larger than the
 // cache), y is written with non-temporal stores while `prefetch` (the next row's x, or
 // NULL) is fetched, so that reads from memory go on during the writes, as in a copy.
-template <bool kCenter, bool kGamma, bool kBeta, class Src>
+template <bool kCenter, bool kGamma, bool kBeta, class Src, class T>
 HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
                               const float* HWY_RESTRICT beta, float mean, float rstd,
-                              bool stream, bool align_y, size_t c0, size_t n, float* y,
-                              const float* prefetch = nullptr) {
+                              bool stream, bool align_y, size_t c0, size_t n, T* y,
+                              const T* prefetch = nullptr) {
   const Normalized<kCenter, kGamma, kBeta, Src> normalized{src, gamma, beta, mean, rstd};
   const auto store = [&](auto d, size_t i) HWY_ATTR {
-    hn::StoreU(normalized(d, i), d, y + i);
+    StoreElems(normalized(d, i), d, y + i);
   };
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   size_t i = c0;
   size_t end = c0 + n;
-  if (stream && reinterpret_cast<uintptr_t>(y) % sizeof(float) == 0 &&
-      n >= 2 * kLineFloats) {
+  if (stream && reinterpret_cast<uintptr_t>(y) % sizeof(T) == 0 &&
+      n >= 2 * kLineElems<T>) {
     // Streamed while the next row is asked for, from y's first line boundary on
     // (StreamLead); the elements before it and after the last streamed vector take
     // regular stores that touch no streamed line.
@@ -168,7 +170,7 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
     StoreWithin(d, normalized, c0, i, y);
     for (; i + N <= lines_end; i += N) {
       if (prefetch != nullptr) hwy::Prefetch(prefetch + i);
-      hn::Stream(normalized(d, i), d, y + i);
+      StreamElems(normalized(d, i), d, y + i);
     }
     StoreWithin(d, normalized, lines_end, end, y);
     return;
@@ -198,17 +200,17 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
   }
   ForEachVector(d, i, end, store);
   if (head != 0) {
-    hn::StoreU(last, d, y + c0 + n - N);
-    hn::StoreU(first, d, y + c0);
+    StoreElems(last, d, y + c0 + n - N);
+    StoreElems(first, d, y + c0);
   }
 }
 
 // Normalizes elements [c0, c0 + n) of a row read through src, with its statistics
 // (rescaling the source on the slow path).
-template <bool kCenter, bool kGamma, bool kBeta, class Src>
-HWY_INLINE void NormalizeRow(const RowNormJob& job, const Src& src, const SetStats& st,
-                             size_t c0, size_t n, float* y,
-                             const float* prefetch = nullptr) {
+template <bool kCenter, bool kGamma, bool kBeta, class T, class Src>
+HWY_INLINE void NormalizeRow(const RowNormJobT<T>& job, const Src& src,
+                             const SetStats& st, size_t c0, size_t n, T* y,
+                             const T* prefetch = nullptr) {
   if (HWY_LIKELY(st.scale == 1.0f)) {
     NormalizeSpan<kCenter, kGamma, kBeta>(src, job.gamma, job.beta, st.mean, st.rstd,
                                           job.stream, job.align_y, c0, n, y, prefetch);
@@ -313,8 +315,8 @@ HWY_INLINE void FinalizeGroup(const Moments (&m)[kGroupRows], float eps,
 // next row's statistics block by block between the stores of this one gave 0.49-0.61x
 // (asking for one line in four: 0.52-0.76x; without the statistics' own read-ahead:
 // 0.40-0.48x).
-template <bool kCenter, bool kGamma, bool kBeta, class Src>
-HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRows],
+template <bool kCenter, bool kGamma, bool kBeta, class T, class Src>
+HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGroupRows],
                                const SetStats (&st)[kGroupRows], size_t r, bool stream,
                                size_t next_end) {
   const hn::ScalableTag<float> d;
@@ -324,7 +326,7 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
   const size_t ldy = job.ldy;
   const float* HWY_RESTRICT gamma = job.gamma;
   const float* HWY_RESTRICT beta = job.beta;
-  float* y = job.y + r * ldy;
+  T* y = job.y + r * ldy;
   // The next group's rows: [r + kGroupRows, next_end).
   const size_t ahead_rows = next_end > r + kGroupRows ? next_end - r - kGroupRows : 0;
   V mean[kGroupRows], rstd[kGroupRows];
@@ -362,7 +364,7 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
         hwy::Prefetch(job.x + row * job.ldx + i);
         if (job.residual != nullptr) hwy::Prefetch(job.residual + row * job.ldr + i);
       }
-      vector(i, [&](V v, size_t, float* p) HWY_ATTR { hn::Stream(v, d, p); });
+      vector(i, [&](V v, size_t, T* p) HWY_ATTR { StreamElems(v, d, p); });
     }
     ends(lines_end, cols);
     return;
@@ -375,13 +377,13 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
                           : 0;
   V first[kGroupRows], last[kGroupRows];
   if (head != 0) {
-    vector(0, [&](V v, size_t k, float*) HWY_ATTR { first[k] = v; });
-    vector(cols - N, [&](V v, size_t k, float*) HWY_ATTR { last[k] = v; });
+    vector(0, [&](V v, size_t k, T*) HWY_ATTR { first[k] = v; });
+    vector(cols - N, [&](V v, size_t k, T*) HWY_ATTR { last[k] = v; });
   }
   // The aligned vectors: [head, body_end).
   const size_t body_end = head != 0 ? cols - N + head : cols - cols % N;
   size_t i = head;
-  if (cols * sizeof(float) * kGroupRows <= kGroupL1Bytes) {
+  if (cols * sizeof(T) * kGroupRows <= kGroupL1Bytes) {
     // As NormalizeSpan, each row's y line every four vectors, while the group's x is in
     // L1; once it comes from L2 the requests cost more than they save (4 MiB, 4096 and
     // 8192 columns, 1 thread, A/B in the benchmark: 2-4% faster without).
@@ -391,21 +393,21 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
           hwy::Prefetch(reinterpret_cast<const char*>(y + k * ldy + i) + kWriteAheadBytes);
         }
       }
-      vector(i, [&](V v, size_t, float* p) HWY_ATTR { hn::StoreU(v, d, p); });
+      vector(i, [&](V v, size_t, T* p) HWY_ATTR { StoreElems(v, d, p); });
     }
   } else {
     // The group's x larger than L1: walked from the end back, the columns the statistics
     // read last are still in L1 when asked for first (LayerNorm, 1 thread, A/B in one
     // process: 4096 / 5120 columns 1-4 MiB 2.5-3.5% faster, 8192 2.3%, 16 MiB equal).
     for (size_t j = body_end; j != head; j -= N) {
-      vector(j - N, [&](V v, size_t, float* p) HWY_ATTR { hn::StoreU(v, d, p); });
+      vector(j - N, [&](V v, size_t, T* p) HWY_ATTR { StoreElems(v, d, p); });
     }
     i = body_end;
   }
   if (head != 0) {
     for (size_t k = 0; k < kGroupRows; ++k) {
-      hn::StoreU(last[k], d, y + k * ldy + cols - N);
-      hn::StoreU(first[k], d, y + k * ldy);
+      StoreElems(last[k], d, y + k * ldy + cols - N);
+      StoreElems(first[k], d, y + k * ldy);
     }
     return;
   }
@@ -413,33 +415,36 @@ HWY_INLINE void NormalizeGroup(const RowNormJob& job, const Src (&src)[kGroupRow
     const Normalized<kCenter, kGamma, kBeta, Src> value{src[k], gamma, beta, st[k].mean,
                                                         st[k].rstd};
     const hn::CappedTag<float, 1> d1;
-    for (size_t t = i; t < cols; ++t) hn::StoreU(value(d1, t), d1, y + k * ldy + t);
+    for (size_t t = i; t < cols; ++t) StoreElems(value(d1, t), d1, y + k * ldy + t);
   }
 }
 
-template <bool kCenter, bool kGamma, bool kBeta>
-void ApplyT(const RowNormJob& job, size_t row, size_t c0, size_t n,
+template <bool kCenter, bool kGamma, bool kBeta, class T>
+void ApplyT(const RowNormJobT<T>& job, size_t row, size_t c0, size_t n,
             const SetStats& st) {
   WithRowSource(job, row, [&](const auto& src) HWY_ATTR {
     NormalizeRow<kCenter, kGamma, kBeta>(job, src, st, c0, n, job.y + row * job.ldy);
   });
 }
 
-// The row path's entry points of this target, out of line: rownorm_f32.cc defines the
-// kernel table's functions, shortrow_{layernorm,rmsnorm}_f32.cc the register path for
-// short rows (shortrow-inl.h).
-float RowMaxAbs(const RowNormJob& job, size_t row, size_t c0, size_t n);
-Moments RowChunkMoments(const RowNormJob& job, size_t row, size_t c0, size_t n,
-                        float scale, bool first_pass);
-void RowApply(const RowNormJob& job, size_t row, size_t c0, size_t n,
-              const SetStats& st);
-void Rows(const RowNormJob& job, size_t r0, size_t r1);
-template <bool kCenter>
-bool NormalizeShortRows(const RowNormJob& job, size_t r0, size_t r1);
+// The register path for short rows (shortrow-inl.h), instantiated per element type by
+// shortrow_{layernorm,rmsnorm}_*.cc.
+template <bool kCenter, class T>
+bool NormalizeShortRows(const RowNormJobT<T>& job, size_t r0, size_t r1);
+
+// max |s| over elements [c0, c0 + n) of a row (the kernel table's max_abs).
+template <class T>
+HWY_NOINLINE float RowMaxAbs(const RowNormJobT<T>& job, size_t row, size_t c0, size_t n) {
+  float m = 0.0f;
+  WithRowSource(job, row, [&](const auto& src) HWY_ATTR {
+    m = SpanMaxAbs(hn::ScalableTag<float>(), src, c0, n);
+  });
+  return m;
+}
 
 // Statistics of row r from its fast-path moments `first` (RowStatistics, out of line).
-template <bool kCenter>
-HWY_NOINLINE SetStats SlowRowStatistics(const RowNormJob& job, size_t r,
+template <bool kCenter, class T>
+HWY_NOINLINE SetStats SlowRowStatistics(const RowNormJobT<T>& job, size_t r,
                                         const Moments& first) {
   return RowStatistics(
       job.cols, job.eps, first,
@@ -450,8 +455,9 @@ HWY_NOINLINE SetStats SlowRowStatistics(const RowNormJob& job, size_t r,
 }
 
 // Statistics of row r of at most kChunk columns (after the fused forms' sum store).
-template <bool kCenter, class Src>
-HWY_INLINE SetStats ShortRowStatistics(const RowNormJob& job, const Src& src, size_t r) {
+template <bool kCenter, class T, class Src>
+HWY_INLINE SetStats ShortRowStatistics(const RowNormJobT<T>& job, const Src& src,
+                                       size_t r) {
   const hn::ScalableTag<float> d;
   const size_t cols = job.cols;
   if (job.residual != nullptr && job.sum != nullptr) StoreSum(job, r, 0, cols);
@@ -468,8 +474,8 @@ HWY_INLINE SetStats ShortRowStatistics(const RowNormJob& job, const Src& src, si
 }
 
 // Rows [r0, r1); src reads row 0 (after the fused forms' sum store).
-template <bool kCenter, bool kGamma, bool kBeta, class Src>
-void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
+template <bool kCenter, bool kGamma, bool kBeta, class T, class Src>
+void RowsT(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t r1) {
   const hn::ScalableTag<float> d;
   const size_t cols = job.cols;
   const bool store_sum = job.residual != nullptr && job.sum != nullptr;
@@ -484,8 +490,8 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
   // for y at malloc's and NumPy's 16 bytes (LayerNorm, 1 thread: 2048x4096 3.5 ms
   // against 1.7 ms aligned, 16384x1024 8.2 ms against 4.4 ms).
   const uintptr_t y_addr = reinterpret_cast<uintptr_t>(job.y);
-  const bool rows_alike = y_addr % sizeof(float) == 0 && cols % kLineFloats == 0 &&
-                          job.ldy % kLineFloats == 0;
+  const bool rows_alike = y_addr % sizeof(T) == 0 && cols % kLineElems<T> == 0 &&
+                          job.ldy % kLineElems<T> == 0;
   size_t r = r0;
   if (cols <= kChunk && (!job.stream || rows_alike)) {  // kGroupRows at a time
     for (; r + kGroupRows <= r1; r += kGroupRows) {
@@ -550,6 +556,45 @@ void RowsT(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
                                          r + 1 < r1 ? job.x + (r + 1) * job.ldx : nullptr);
     store_stats(r, st);
   }
+}
+
+// The kernel table's forward entries (rownorm.h) for tensors of type T.
+template <class T>
+Moments RowChunkMoments(const RowNormJobT<T>& job, size_t row, size_t c0, size_t n,
+                        float scale, bool first_pass) {
+  return job.center ? ChunkMomentsT<true>(job, row, c0, n, scale, first_pass)
+                    : ChunkMomentsT<false>(job, row, c0, n, scale, first_pass);
+}
+
+template <class T>
+void RowApply(const RowNormJobT<T>& job, size_t row, size_t c0, size_t n,
+              const SetStats& st) {
+  VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
+    ApplyT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
+        job, row, c0, n, st);
+  });
+  if (job.stream) hwy::FlushStream();
+}
+
+template <class T>
+void Rows(const RowNormJobT<T>& job, size_t r0, size_t r1) {
+  const bool short_rows = job.center ? NormalizeShortRows<true>(job, r0, r1)
+                                     : NormalizeShortRows<false>(job, r0, r1);
+  if (!short_rows) {
+    VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
+      WithRowSource(job, 0, [&](const auto& src) HWY_ATTR {
+        RowsT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
+            job, src, r0, r1);
+      });
+    });
+  }
+  if (job.stream) hwy::FlushStream();
+}
+
+template <class T>
+constexpr RowNormKernelsT<T> RowNormTable() {
+  return {&Rows<T>, &RowChunkMoments<T>, &RowMaxAbs<T>, &RowApply<T>,
+          hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(T)};
 }
 
 }  // namespace HWY_NAMESPACE

@@ -6,23 +6,26 @@
 
 #include <cstddef>
 
+#include "hwy/base.h"
 #include "kernels/common/moments.h"
 
 namespace nk {
 
-// One validated call, as plain data. Tensors are rows of `cols` elements, row r of x
-// at x + r * ldx (likewise residual, sum, y); optional pointers are nullptr.
-struct RowNormJob {
+// One validated call, as plain data. Tensors are rows of `cols` elements of type T
+// (float, hwy::bfloat16_t or hwy::float16_t; parameters and statistics are float), row
+// r of x at x + r * ldx (likewise residual, sum, y); optional pointers are nullptr.
+template <class T>
+struct RowNormJobT {
   const char* function;     // the C entry point, for errors found after validation
   bool center;              // LayerNorm (x - mean); false: RMSNorm
   size_t rows, cols;
-  const float* x;
-  const float* residual;    // fused add: s = x + residual is normalized
+  const T* x;
+  const T* residual;        // fused add: s = x + residual (rounded to T) is normalized
   const float* gamma;       // [cols]
   const float* beta;        // [cols], LayerNorm only
   float eps;
-  float* sum;               // receives s in the fused forms
-  float* y;
+  T* sum;                   // receives s in the fused forms
+  T* y;
   float* mean;              // [rows]
   float* rstd;              // [rows], rrms for RMSNorm
   size_t ldx, ldr, lds, ldy;  // row strides (elements) of x, residual, sum, y
@@ -30,6 +33,7 @@ struct RowNormJob {
   bool align_y;             // y is stored from its first vector boundary on (see
                             // AlignY in layernorm.cc)
 };
+using RowNormJob = RowNormJobT<float>;
 
 // One validated backward call. Row r of x (the fused forms' saved sum) is at
 // x + r * ldx, likewise dy, dsum and dx; dx may be dy or dsum.
@@ -48,20 +52,29 @@ struct RowGradJob {
   bool stream;              // write dx with non-temporal stores
 };
 
-// What one Highway target provides. The op layer (layernorm.cc) partitions the work
-// and calls these; every function is thread-safe on disjoint rows or chunks.
-struct RowNormKernels {
+// What one Highway target provides for the forward of tensors of type T. The op layer
+// (layernorm.cc) partitions the work and calls these; every function is thread-safe on
+// disjoint rows or chunks.
+template <class T>
+struct RowNormKernelsT {
   // Normalizes rows [r0, r1) completely, statistics outputs included.
-  void (*rows)(const RowNormJob& job, size_t r0, size_t r1);
+  void (*rows)(const RowNormJobT<T>& job, size_t r0, size_t r1);
   // Moments of elements [c0, c0 + n) of a row, times `scale`. With first_pass, the
   // fused forms first store s = x + residual to job.sum (when requested).
-  Moments (*moments)(const RowNormJob& job, size_t row, size_t c0, size_t n,
+  Moments (*moments)(const RowNormJobT<T>& job, size_t row, size_t c0, size_t n,
                      float scale, bool first_pass);
   // max |s| over elements [c0, c0 + n) of a row (NaN if any is NaN).
-  float (*max_abs)(const RowNormJob& job, size_t row, size_t c0, size_t n);
+  float (*max_abs)(const RowNormJobT<T>& job, size_t row, size_t c0, size_t n);
   // Writes y for elements [c0, c0 + n) of a row.
-  void (*apply)(const RowNormJob& job, size_t row, size_t c0, size_t n,
+  void (*apply)(const RowNormJobT<T>& job, size_t row, size_t c0, size_t n,
                 const SetStats& stats);
+  // The target's vector of T in bytes (y's stores are whole at multiples).
+  size_t vector_bytes;
+};
+using RowNormKernels = RowNormKernelsT<float>;
+
+// The backward (fp32).
+struct RowGradKernels {
   // GradSums of elements [c0, c0 + n) of a row (rows longer than kChunk).
   GradSums (*grad_sums)(const RowGradJob& job, size_t row, size_t c0, size_t n);
   // dx of rows [r0, r1) over columns [c0, c0 + n), and the sums over those rows, in
@@ -70,12 +83,21 @@ struct RowNormKernels {
   // where n == cols and they are taken here.
   void (*grad_rows)(const RowGradJob& job, size_t r0, size_t r1, size_t c0, size_t n,
                     const GradSums* sums, float* dgamma, float* dbeta);
-  // The target's vector size in bytes (its loads and stores are whole at multiples).
-  size_t vector_bytes;
 };
 
-// The table of `target` (a single HWY_* bit that this library compiled).
-const RowNormKernels& RowNormKernelsFor(long long target);
+// The tables of `target` (a single HWY_* bit that this library compiled), defined by
+// rownorm_{f32,bf16,f16}.cc.
+template <class T>
+const RowNormKernelsT<T>& RowNormKernelsFor(long long target);
+template <>
+const RowNormKernelsT<float>& RowNormKernelsFor<float>(long long target);
+template <>
+const RowNormKernelsT<hwy::bfloat16_t>& RowNormKernelsFor<hwy::bfloat16_t>(
+    long long target);
+template <>
+const RowNormKernelsT<hwy::float16_t>& RowNormKernelsFor<hwy::float16_t>(
+    long long target);
+const RowGradKernels& RowGradKernelsFor(long long target);
 
 }  // namespace nk
 

@@ -60,10 +60,10 @@ HWY_INLINE V PairwiseSum(V (&t)[n]) {
 
 // y of rows [r, r + kRows) from their deviations v (RMSNorm: values) and rstd;
 // rows whose bit is set in `skip` are not written.
-template <size_t kVecs, size_t kRows, class D, class V = hn::Vec<D>>
+template <size_t kVecs, size_t kRows, class D, class T, class V = hn::Vec<D>>
 HWY_INLINE void StoreNormalized(D d, const V (&v)[kRows][kVecs], const V (&rstd)[kRows],
                                 const float* HWY_RESTRICT gamma,
-                                const float* HWY_RESTRICT beta, float* y, size_t ldy,
+                                const float* HWY_RESTRICT beta, T* y, size_t ldy,
                                 bool stream, uint32_t skip) {
   const size_t N = hn::Lanes(d);
   HWY_UNROLL(16)
@@ -74,11 +74,11 @@ HWY_INLINE void StoreNormalized(D d, const V (&v)[kRows][kVecs], const V (&rstd)
     for (size_t i = 0; i < kRows; ++i) {
       if (skip & (1u << i)) continue;
       const V out = hn::MulAdd(hn::Mul(v[i][k], rstd[i]), g, b);
-      float* p = y + i * ldy + k * N;
+      T* p = y + i * ldy + k * N;
       if (stream) {
-        hn::Stream(out, d, p);
+        StreamElems(out, d, p);
       } else {
-        hn::StoreU(out, d, p);
+        StoreElems(out, d, p);
       }
     }
   }
@@ -88,15 +88,15 @@ HWY_INLINE void StoreNormalized(D d, const V (&v)[kRows][kVecs], const V (&rstd)
 // non-finite, with their fast-path moments in bad_moments: their sum is stored,
 // everything else of theirs is left to the caller. With `stream`, y (aligned to the
 // vector size) is written with non-temporal stores.
-template <size_t kVecs, size_t kRows, bool kCenter, class Src>
-HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
+template <size_t kVecs, size_t kRows, bool kCenter, class T, class Src>
+HWY_INLINE uint32_t ShortRows(const RowNormJobT<T>& job, const Src& src0, size_t r,
                               bool stream, Moments* bad_moments) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
   const size_t cols = job.cols;
-  float* HWY_RESTRICT sum = job.sum;
-  float* HWY_RESTRICT y = job.y + r * job.ldy;
+  T* HWY_RESTRICT sum = job.sum;
+  T* HWY_RESTRICT y = job.y + r * job.ldy;
   V v[kRows][kVecs];
   HWY_UNROLL(16)
   for (size_t i = 0; i < kRows; ++i) {
@@ -110,7 +110,7 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
     for (size_t i = 0; i < kRows; ++i) {
       HWY_UNROLL(16)
       for (size_t k = 0; k < kVecs; ++k) {
-        hn::StoreU(v[i][k], d, sum + (r + i) * job.lds + k * N);
+        StoreElems(v[i][k], d, sum + (r + i) * job.lds + k * N);
       }
     }
   }
@@ -210,8 +210,8 @@ HWY_INLINE uint32_t ShortRows(const RowNormJob& job, const Src& src0, size_t r,
 }
 
 // Finishes the rows of a ShortRows group whose fast statistics were not finite.
-template <bool kCenter>
-HWY_NOINLINE void FinishShortRows(const RowNormJob& job, size_t r, uint32_t bad,
+template <bool kCenter, class T>
+HWY_NOINLINE void FinishShortRows(const RowNormJobT<T>& job, size_t r, uint32_t bad,
                                   const Moments* moments) {
   for (size_t i = 0; bad != 0; ++i, bad >>= 1) {
     if ((bad & 1) == 0) continue;
@@ -229,14 +229,14 @@ HWY_NOINLINE void FinishShortRows(const RowNormJob& job, size_t r, uint32_t bad,
 }
 
 // Rows [r0, r1) of kVecs vectors each; src reads x (+ residual) of row 0.
-template <size_t kVecs, bool kCenter, class Src>
-void ShortRowsLoop(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
+template <size_t kVecs, bool kCenter, class T, class Src>
+void ShortRowsLoop(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t r1) {
   constexpr size_t kRows = kVecs >= 8 ? 16 / kVecs : 4;
   // Streamed where every row of y starts a cache line, so that the stores fill whole
   // lines (sources-inl.h).
   const bool stream = job.stream &&
                       reinterpret_cast<uintptr_t>(job.y) % kLineBytes == 0 &&
-                      job.ldy % kLineFloats == 0 && job.cols % kLineFloats == 0;
+                      job.ldy % kLineElems<T> == 0 && job.cols % kLineElems<T> == 0;
   Moments bad_moments[kRows];
   size_t r = r0;
   for (; r + kRows <= r1; r += kRows) {
@@ -251,8 +251,8 @@ void ShortRowsLoop(const RowNormJob& job, const Src& src0, size_t r0, size_t r1)
 }
 
 // Runs ShortRowsLoop for rows of 1, 2, 4, 8 or 16 whole vectors; false otherwise.
-template <bool kCenter, class Src>
-bool TryShortRows(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) {
+template <bool kCenter, class T, class Src>
+bool TryShortRows(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t r1) {
   const size_t N = hn::Lanes(hn::ScalableTag<float>());
   if (job.cols % N != 0 || job.cols / N > kMaxShortVectors) return false;
   switch (job.cols / N) {
@@ -267,13 +267,13 @@ bool TryShortRows(const RowNormJob& job, const Src& src0, size_t r0, size_t r1) 
 
 // Rows [r0, r1) of LayerNorm (kCenter) or RMSNorm, with or without the residual,
 // when they are 1, 2, 4, 8 or 16 whole vectors long; false (nothing done) otherwise.
-// Instantiated by shortrow_layernorm_f32.cc and shortrow_rmsnorm_f32.cc.
-template <bool kCenter>
-bool NormalizeShortRows(const RowNormJob& job, size_t r0, size_t r1) {
+// Instantiated per element type by shortrow_{layernorm,rmsnorm}_*.cc.
+template <bool kCenter, class T>
+bool NormalizeShortRows(const RowNormJobT<T>& job, size_t r0, size_t r1) {
   return job.residual == nullptr
-             ? TryShortRows<kCenter>(job, F32Source{job.x, job.ldx}, r0, r1)
-             : TryShortRows<kCenter>(job, AddSource{job.x, job.residual, job.ldx,
-                                                    job.ldr}, r0, r1);
+             ? TryShortRows<kCenter>(job, TensorSource<T>{job.x, job.ldx}, r0, r1)
+             : TryShortRows<kCenter>(
+                   job, AddSourceT<T>{job.x, job.residual, job.ldx, job.ldr}, r0, r1);
 }
 
 }  // namespace HWY_NAMESPACE

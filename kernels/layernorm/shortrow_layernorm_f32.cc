@@ -15,7 +15,8 @@ HWY_BEFORE_NAMESPACE();
 namespace nk {
 namespace HWY_NAMESPACE {
 
-template bool NormalizeShortRows<true>(const RowNormJob& job, size_t r0, size_t r1);
+template bool NormalizeShortRows<true, float>(const RowNormJob& job, size_t r0,
+                                              size_t r1);
 
 }  // namespace HWY_NAMESPACE
 }  // namespace nk

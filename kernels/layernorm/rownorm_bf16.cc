@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+// rownorm_bf16.cc: the bfloat16 LayerNorm-family forward table, compiled once per Highway
+// target: the row path of rownorm-inl.h and the register path for short rows
+// (shortrow-inl.h) on bfloat16 tensors (half-inl.h widens and rounds).
+#include "kernels/layernorm/rownorm.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/layernorm/rownorm_bf16.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "kernels/common/dispatch.h"
+#include "kernels/layernorm/shortrow-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace nk {
+namespace HWY_NAMESPACE {
+
+using Elem = hwy::bfloat16_t;
+template bool NormalizeShortRows<true, Elem>(const RowNormJobT<Elem>& job, size_t r0,
+                                             size_t r1);
+template bool NormalizeShortRows<false, Elem>(const RowNormJobT<Elem>& job, size_t r0,
+                                              size_t r1);
+
+extern const RowNormKernelsT<Elem> kRowNormKernels_bf16 = RowNormTable<Elem>();
+
+}  // namespace HWY_NAMESPACE
+}  // namespace nk
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace nk {
+
+template <>
+const RowNormKernelsT<hwy::bfloat16_t>& RowNormKernelsFor<hwy::bfloat16_t>(long long target) {
+  NK_SELECT_TARGET(target, kRowNormKernels_bf16);
+  return HWY_STATIC_DISPATCH(kRowNormKernels_bf16);
+}
+
+}  // namespace nk
+#endif  // HWY_ONCE
