@@ -4,7 +4,8 @@ libnormkernels against PyTorch's CPU operators, per call, on the shapes users ru
 
 Both sides are called from Python on the same float32 data: PyTorch's operators
 (F.layer_norm, also after torch.add(x, residual, out=), F.batch_norm, F.group_norm, and
-RMSNorm as Hugging Face's Llama writes it, since this PyTorch has no F.rms_norm) and
+RMSNorm as Hugging Face's Llama writes it, since this PyTorch has no F.rms_norm; on
+float32, and on bfloat16 / float16 tensors as PyTorch runs those, see half_cases) and
 the normkernels binding with preallocated outputs (PyTorch has no out= for these and
 allocates; run this with glibc's mmap turned off, MALLOC_MMAP_MAX_=0, as
 scripts/bench.sh does, so that its large outputs are reused memory rather than fresh
@@ -50,9 +51,9 @@ BATCH_SECONDS = 0.02
 
 # A case: PyTorch's function (torch) and the library's (ours: {the op of its row:
 # function}); layout turns PyTorch's results into arrays laid out as the library's,
-# outputs names them in the message of a failed check.
-Case = collections.namedtuple("Case", "shape torch ours layout outputs",
-                              defaults=(torch.Tensor.numpy, ("y",)))
+# outputs names them in the message of a failed check, rtol is its tolerance.
+Case = collections.namedtuple("Case", "shape torch ours layout outputs rtol",
+                              defaults=(torch.Tensor.numpy, ("y",), 1e-3))
 
 
 def per_call(fns, batches):
@@ -121,6 +122,47 @@ def rownorm_cases(rng):
 
         yield Case(shape, add_layer_norm, {"add_layer_norm": lambda: nk.add_layer_norm(
             x, r, g, b, EPS, out=y, sum_out=s)[0]})
+
+
+def half_cases(rng):
+    """LayerNorm and RMSNorm on bfloat16 and float16 tensors, as PyTorch 1.13 runs them
+    on a CPU: bf16 LayerNorm with bf16 parameters (it refuses float32 ones), fp16
+    LayerNorm in float32 (it has no fp16 kernel) rounded back, RMSNorm as Hugging
+    Face's Llama writes it (variance in float32, the product in the tensor's type).
+    The library: the NumPy binding (float16; NumPy has no bfloat16) and
+    normkernels.torch (both), float32 parameters. Checked within two steps of the
+    type (both round once, PyTorch's bf16 arithmetic more often)."""
+    for rows, cols, what in [(8, 4096, "decode, 7B"), (512, 768, "BERT-base"),
+                             (256, 4096, "4 MiB fp32"), (2048, 4096, "prefill, 7B")]:
+        x, _, g, b = row_inputs(rng, rows, cols)
+        tg, tb = torch.from_numpy(g), torch.from_numpy(b)
+        for dtype, step_ in ((torch.bfloat16, 2.0 ** -7), (torch.float16, 2.0 ** -10)):
+            tx = torch.from_numpy(x).to(dtype)
+            name = "bf16" if dtype == torch.bfloat16 else "fp16"
+            shape = f"{rows}x{cols} {name} ({what})"
+            widened = lambda t: t.float().numpy()  # noqa: E731
+            ours_ln = {f"layer_norm {name}, normkernels.torch":
+                       lambda: nk_torch.layer_norm(tx, (cols,), tg, tb, EPS)}
+            ours_rms = {f"rms_norm {name}, normkernels.torch":
+                        lambda: nk_torch.rms_norm(tx, (cols,), tg, EPS)}
+            if dtype == torch.float16:
+                nx = tx.numpy()
+                y = np.empty_like(nx)
+                ours_ln[f"layer_norm {name}"] = lambda: nk.layer_norm(nx, g, b, EPS, out=y)
+                ours_rms[f"rms_norm {name}"] = lambda: nk.rms_norm(nx, g, EPS, out=y)
+                theirs_ln = lambda: F.layer_norm(  # noqa: E731
+                    tx.float(), (cols,), tg, tb, EPS).to(dtype)
+            else:
+                hg, hb = tg.to(dtype), tb.to(dtype)
+                theirs_ln = lambda: F.layer_norm(tx, (cols,), hg, hb, EPS)  # noqa: E731
+            hw = tg.to(dtype)
+
+            def theirs_rms():
+                variance = tx.float().pow(2).mean(-1, keepdim=True)
+                return hw * (tx.float() * torch.rsqrt(variance + EPS)).to(dtype)
+
+            yield Case(shape, theirs_ln, ours_ln, widened, rtol=2 * step_)
+            yield Case(shape, theirs_rms, ours_rms, widened, rtol=2 * step_)
 
 
 def step(norm, leaves, dy):
@@ -329,7 +371,8 @@ HEAD = ["| op | shape | threads | PyTorch us | cv % | normkernels us | cv % | sp
 
 def check(case):
     """Exits unless each of the library's functions gives PyTorch's outputs: within
-    1e-3 relative, or 1e-3 of the output's largest magnitude (a sum over a batch that
+    the case's rtol (1e-3; half tensors two steps of their type) relative, or rtol of
+    the output's largest magnitude (a sum over a batch that
     cancels to near 0: PyTorch's channels-last BatchNorm sums dgamma over 32x56x56
     values with errors of 0.01 where the float64 one is 531, ours 1e-4)."""
     theirs = case.layout(case.torch())
@@ -338,8 +381,9 @@ def check(case):
         ours = fn()
         ours = ours if isinstance(ours, tuple) else (ours,)
         for name, a, b in zip(case.outputs, ours, theirs, strict=True):
+            a = a.float().numpy() if torch.is_tensor(a) else np.asarray(a, np.float32)
             scale = max(1.0, float(np.abs(b).max(initial=0.0)))
-            if not np.allclose(np.asarray(a), b, rtol=1e-3, atol=1e-3 * scale):
+            if not np.allclose(a, b, rtol=case.rtol, atol=case.rtol * scale):
                 sys.exit(f"torch_compare: {op} {case.shape}: the two sides' {name} "
                          "differ")
 
@@ -351,7 +395,7 @@ def table(threads, batches, quick):
     for t in threads:
         torch.set_num_threads(t)
         nk.set_num_threads(t)
-        for cases in (rownorm_cases, train_cases, batchnorm_cases,
+        for cases in (rownorm_cases, half_cases, train_cases, batchnorm_cases,
                       batchnorm_train_cases, groupnorm_cases, groupnorm_train_cases):
             for k, case in enumerate(cases(rng)):
                 if quick and k >= 3:

@@ -2,12 +2,17 @@
 """normkernels: NumPy bindings of libnormkernels (SIMD LayerNorm / RMSNorm / BatchNorm
 / GroupNorm kernels).
 
-Arrays are float32. The LayerNorm family normalizes over the last axis, or over the
-trailing normalized_shape as torch.nn.functional.layer_norm (the leading axes are
-flattened into rows); its x, residual, out and sum_out may be row-strided views (a
-row's axes contiguous, the leading axes one stride apart: x[:, :64] of a fused QKV
-buffer, one head of a [tokens, heads, dim] array), read and written in place; arrays
-it creates are C-contiguous. BatchNorm normalizes per channel, axis 1 of
+Arrays are float32; the LayerNorm family's forwards (layer_norm, rms_norm,
+add_layer_norm, add_rms_norm) also take float16 x and residual, giving float16 y and
+sum (computed in float32, each value rounded once to nearest even; the fused forms
+normalize the rounded sum), while gamma, beta and the statistics stay float32. The
+other functions have no half form yet and refuse float16. The LayerNorm family
+normalizes over the last axis, or over the trailing normalized_shape as
+torch.nn.functional.layer_norm (the leading axes are flattened into rows); its x,
+residual, out and sum_out may be row-strided views (a row's axes contiguous, the
+leading axes one stride apart: x[:, :64] of a fused QKV buffer, one head of a
+[tokens, heads, dim] array), read and written in place; arrays it creates are
+C-contiguous. BatchNorm normalizes per channel, axis 1 of
 (N, C, *spatial) or the last axis with channels_last, of C-contiguous arrays. gamma /
 beta may also be given as weight= / bias=, PyTorch's names. GroupNorm (and
 InstanceNorm, a group per channel) normalizes each sample's groups of channels, laid
@@ -30,6 +35,7 @@ or ValueError: no value reaches the library wrapped, rounded to 0 or to inf.
 """
 import ctypes
 import math
+import types
 
 import numpy as np
 
@@ -38,6 +44,7 @@ from ._args import alias as _alias
 from ._args import array as _array
 from ._args import channels_last_in_memory as _channels_last_in_memory
 from ._args import float32 as _float32
+from ._args import half_or_float32 as _half_or_float32
 from ._args import int_tuple as _int_tuple
 from ._args import integer as _integer
 from ._args import ptr as _ptr
@@ -143,28 +150,35 @@ def _output(out, like, name):
     return _writable(_array(out, name, like.shape), name)
 
 
-def _rows(x, name, normalized_shape):
+def _rows(x, name, normalized_shape, half=False):
     """x checked as the rows a LayerNorm-family call reads: (x, its row stride, leading
-    shape, normalized shape, elements of a row)."""
-    x = _array(x, name, contiguous=False)
+    shape, normalized shape, elements of a row). half: x may be float16 too."""
+    x = _half_or_float32(x, name) if half else _array(x, name, contiguous=False)
     lead, norm, cols = _row_shape(x.shape, normalized_shape, name)
     return x, _row_stride(x, name, len(lead), cols), lead, norm, cols
 
 
-def _rows_like(a, name, x, lead_ndim, cols):
-    """a, an optional input of x's shape read as rows too, checked, and its row stride
-    (cols when a is None)."""
+def _rows_like(a, name, x, lead_ndim, cols, whose=None):
+    """a, an optional input of x's shape and dtype read as rows too, checked, and its
+    row stride (cols when a is None). whose: as _args.array's."""
     if a is None:
         return None, cols
-    a = _array(a, name, x.shape, contiguous=False)
+    a = _array(a, name, x.shape, contiguous=False, dtype=x.dtype, whose=whose)
     return a, _row_stride(a, name, lead_ndim, cols)
 
 
-def _row_output(out, like, name, lead_ndim, cols):
-    """out, checked (a new C-contiguous array when None), and its row stride."""
+# Whose dtype an array must have, for the messages of the LayerNorm family's forwards.
+_X_DTYPE = "x's: x, residual, out and sum_out have one dtype"
+_PARAMETERS = "gamma and beta are float32 with x of either dtype"
+
+
+def _row_output(out, like, name, lead_ndim, cols, whose=None):
+    """out, checked (a new C-contiguous array of like's dtype when None), and its row
+    stride."""
     if out is None:
-        return np.empty(like.shape, np.float32), cols
-    out = _array(out, name, like.shape, contiguous=False)
+        return np.empty(like.shape, like.dtype), cols
+    out = _array(out, name, like.shape, contiguous=False, dtype=like.dtype,
+                 whose=whose)
     return out, _row_stride(out, name, lead_ndim, cols, output=True)
 
 
@@ -175,23 +189,24 @@ def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stat
     if bias is not None:
         beta = _alias(beta, bias, "beta", "bias")
     eps = _float32(eps, "eps")
-    x, ldx, lead, norm, cols = _rows(x, "x", normalized_shape)
+    x, ldx, lead, norm, cols = _rows(x, "x", normalized_shape, half=True)
     rows, k = x.size // cols, len(lead)
     if return_sum and residual is None:  # the fused forms: not a plain norm
         raise TypeError("residual must be a numpy.ndarray, not NoneType")
-    residual, ldr = _rows_like(residual, "residual", x, k, cols)
-    gamma = _array(gamma, "gamma", norm)
-    beta = _array(beta, "beta", norm)
-    y, ldy = _row_output(out, x, "out", k, cols)
+    residual, ldr = _rows_like(residual, "residual", x, k, cols, _X_DTYPE)
+    gamma = _array(gamma, "gamma", norm, whose=_PARAMETERS)
+    beta = _array(beta, "beta", norm, whose=_PARAMETERS)
+    y, ldy = _row_output(out, x, "out", k, cols, _X_DTYPE)
     s, lds = None, cols  # the stride of an s made here, or of none
     if sum_out is not None:
-        s, lds = _row_output(sum_out, x, "sum_out", k, cols)
+        s, lds = _row_output(sum_out, x, "sum_out", k, cols, _X_DTYPE)
     elif return_sum:
-        s = np.empty(x.shape, np.float32)
+        s = np.empty(x.shape, x.dtype)
     mean = np.empty(lead, np.float32) if (return_stats and center) else None
     rstd = np.empty(lead, np.float32) if return_stats else None
     p = _ptr if ldx == ldy == ldr == lds == cols else _view_ptr  # quicker for views
-    _forward_call(center, return_sum, rows, cols, p(x), ldx, p(residual), ldr,
+    _forward_call(_TYPES[x.dtype], center, return_sum, rows, cols, p(x), ldx,
+                  p(residual), ldr,
                   _ptr(gamma), _ptr(beta), eps, p(s), lds, p(y), ldy, _ptr(mean),
                   _ptr(rstd))
     result = (y,)
@@ -202,37 +217,49 @@ def _forward(center, x, residual, gamma, beta, eps, out, return_sum, return_stat
     return result[0] if len(result) == 1 else result
 
 
-def _forward_call(center, fused, rows, cols, x, ldx, residual, ldr, gamma, beta, eps,
-                  s, lds, y, ldy, mean, rstd):
-    """The library's forward of checked arguments: addresses (ints, None for NULL) and
-    row strides; the contiguous forms (4 arguments less) when every stride is cols.
-    Without center, beta and mean are not read (rstd is rrms); without fused,
-    residual, ldr, s and lds."""
+def _row_kernels(kind, t):
+    """The LayerNorm family's functions nk_*_{kind}_{t} of one element type (t: f32,
+    bf16, f16), as attributes named without prefix, kind and type: layernorm,
+    add_rmsnorm_strided, ..."""
+    return types.SimpleNamespace(**{
+        form + strided: getattr(_lib, f"nk_{form}_{kind}{strided}_{t}")
+        for form in ("layernorm", "rmsnorm", "add_layernorm", "add_rmsnorm")
+        for strided in ("", "_strided")})
+
+
+_FORWARDS = {t: _row_kernels("forward", t) for t in ("f32", "bf16", "f16")}
+_BACKWARDS = {"f32": _row_kernels("backward", "f32")}  # no half form yet
+_TYPES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}  # NumPy has no bf16
+
+
+def _forward_call(t, center, fused, rows, cols, x, ldx, residual, ldr, gamma, beta,
+                  eps, s, lds, y, ldy, mean, rstd):
+    """The library's forward of checked arguments, the tensors of element type t (f32,
+    bf16 or f16): addresses (ints, None for NULL) and row strides; the contiguous forms
+    (4 arguments less) when every stride is cols. Without center, beta and mean are not
+    read (rstd is rrms); without fused, residual, ldr, s and lds."""
+    k = _FORWARDS[t]
     if ldx == ldy == ldr == lds == cols:
         if not fused and center:
-            status = _lib.nk_layernorm_forward_f32(rows, cols, x, gamma, beta, eps, y,
-                                                   mean, rstd)
+            status = k.layernorm(rows, cols, x, gamma, beta, eps, y, mean, rstd)
         elif not fused:
-            status = _lib.nk_rmsnorm_forward_f32(rows, cols, x, gamma, eps, y, rstd)
+            status = k.rmsnorm(rows, cols, x, gamma, eps, y, rstd)
         elif center:
-            status = _lib.nk_add_layernorm_forward_f32(
-                rows, cols, x, residual, gamma, beta, eps, s, y, mean, rstd)
+            status = k.add_layernorm(rows, cols, x, residual, gamma, beta, eps, s, y,
+                                     mean, rstd)
         else:
-            status = _lib.nk_add_rmsnorm_forward_f32(rows, cols, x, residual, gamma, eps,
-                                                     s, y, rstd)
+            status = k.add_rmsnorm(rows, cols, x, residual, gamma, eps, s, y, rstd)
     elif not fused and center:
-        status = _lib.nk_layernorm_forward_strided_f32(rows, cols, x, ldx, gamma, beta,
-                                                       eps, y, ldy, mean, rstd)
+        status = k.layernorm_strided(rows, cols, x, ldx, gamma, beta, eps, y, ldy, mean,
+                                     rstd)
     elif not fused:
-        status = _lib.nk_rmsnorm_forward_strided_f32(rows, cols, x, ldx, gamma, eps, y,
-                                                     ldy, rstd)
+        status = k.rmsnorm_strided(rows, cols, x, ldx, gamma, eps, y, ldy, rstd)
     elif center:
-        status = _lib.nk_add_layernorm_forward_strided_f32(
-            rows, cols, x, ldx, residual, ldr, gamma, beta, eps, s, lds, y, ldy, mean,
-            rstd)
+        status = k.add_layernorm_strided(rows, cols, x, ldx, residual, ldr, gamma, beta,
+                                         eps, s, lds, y, ldy, mean, rstd)
     else:
-        status = _lib.nk_add_rmsnorm_forward_strided_f32(
-            rows, cols, x, ldx, residual, ldr, gamma, eps, s, lds, y, ldy, rstd)
+        status = k.add_rmsnorm_strided(rows, cols, x, ldx, residual, ldr, gamma, eps, s,
+                                       lds, y, ldy, rstd)
     _check(status)
 
 
@@ -319,42 +346,39 @@ def _backward(center, fused, dy, x, dsum, mean, rstd, gamma, out, param_grads, w
     dgamma = new(norm, np.float32) if param_grads else None
     dbeta = new(norm, np.float32) if param_grads and center else None
     p = _ptr if ldx == lddy == ldds == lddx == cols else _view_ptr
-    _backward_call(center, fused, rows, cols, p(x), ldx, p(dy), lddy, p(dsum), ldds,
-                   _ptr(mean), _ptr(rstd), _ptr(gamma), p(dx), lddx, _ptr(dgamma),
+    _backward_call("f32", center, fused, rows, cols, p(x), ldx, p(dy), lddy, p(dsum),
+                   ldds, _ptr(mean), _ptr(rstd), _ptr(gamma), p(dx), lddx, _ptr(dgamma),
                    _ptr(dbeta))
     return (dx, dgamma, dbeta) if center else (dx, dgamma)
 
 
-def _backward_call(center, fused, rows, cols, x, ldx, dy, lddy, dsum, ldds, mean, rstd,
-                   gamma, dx, lddx, dgamma, dbeta):
+def _backward_call(t, center, fused, rows, cols, x, ldx, dy, lddy, dsum, ldds, mean,
+                   rstd, gamma, dx, lddx, dgamma, dbeta):
     """The library's backward of checked arguments, as _forward_call (x is the sum when
-    fused; without fused, dsum and ldds are not read)."""
+    fused; without fused, dsum and ldds are not read); t is f32 only so far."""
+    k = _BACKWARDS[t]
     if ldx == lddy == ldds == lddx == cols:
         if not fused and center:
-            status = _lib.nk_layernorm_backward_f32(rows, cols, x, dy, mean, rstd, gamma,
-                                                    dx, dgamma, dbeta)
+            status = k.layernorm(rows, cols, x, dy, mean, rstd, gamma, dx, dgamma, dbeta)
         elif not fused:
-            status = _lib.nk_rmsnorm_backward_f32(rows, cols, x, dy, rstd, gamma, dx,
-                                                  dgamma)
+            status = k.rmsnorm(rows, cols, x, dy, rstd, gamma, dx, dgamma)
         elif center:
-            status = _lib.nk_add_layernorm_backward_f32(
-                rows, cols, x, dy, dsum, mean, rstd, gamma, dx, dgamma, dbeta)
+            status = k.add_layernorm(rows, cols, x, dy, dsum, mean, rstd, gamma, dx,
+                                     dgamma, dbeta)
         else:
-            status = _lib.nk_add_rmsnorm_backward_f32(rows, cols, x, dy, dsum, rstd,
-                                                      gamma, dx, dgamma)
+            status = k.add_rmsnorm(rows, cols, x, dy, dsum, rstd, gamma, dx, dgamma)
     elif not fused and center:
-        status = _lib.nk_layernorm_backward_strided_f32(
-            rows, cols, x, ldx, dy, lddy, mean, rstd, gamma, dx, lddx, dgamma, dbeta)
+        status = k.layernorm_strided(rows, cols, x, ldx, dy, lddy, mean, rstd, gamma, dx,
+                                     lddx, dgamma, dbeta)
     elif not fused:
-        status = _lib.nk_rmsnorm_backward_strided_f32(
-            rows, cols, x, ldx, dy, lddy, rstd, gamma, dx, lddx, dgamma)
+        status = k.rmsnorm_strided(rows, cols, x, ldx, dy, lddy, rstd, gamma, dx, lddx,
+                                   dgamma)
     elif center:
-        status = _lib.nk_add_layernorm_backward_strided_f32(
-            rows, cols, x, ldx, dy, lddy, dsum, ldds, mean, rstd, gamma, dx, lddx, dgamma,
-            dbeta)
+        status = k.add_layernorm_strided(rows, cols, x, ldx, dy, lddy, dsum, ldds, mean,
+                                         rstd, gamma, dx, lddx, dgamma, dbeta)
     else:
-        status = _lib.nk_add_rmsnorm_backward_strided_f32(
-            rows, cols, x, ldx, dy, lddy, dsum, ldds, rstd, gamma, dx, lddx, dgamma)
+        status = k.add_rmsnorm_strided(rows, cols, x, ldx, dy, lddy, dsum, ldds, rstd,
+                                       gamma, dx, lddx, dgamma)
     _check(status)
 
 

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 """float64 references of the kernels, the design.md error bounds on their results, and
-test data."""
+test data; half precision's rounding and the check of rounded results."""
 import numpy as np
 
 U = 2.0 ** -24
@@ -239,3 +239,37 @@ def gn_backward_reference(dy, x, mean, r, groups, gamma=None, channels_last=Fals
     return (_from_sets(dx, x.shape, channels_last), (dys * xhat).sum(1), dys.sum(1),
             _from_sets(dx_bound, x.shape, channels_last),
             *_sum_bounds(dys, xhat, 1, u, depth))
+
+
+# Half formats: (significand bits, smallest normal exponent, largest finite value).
+HALF_FORMATS = {"bf16": (8, -126, (2 - 2.0 ** -7) * 2.0 ** 127),
+                "f16": (11, -14, 65504.0)}
+
+
+def round_half(v, fmt):
+    """float64 values rounded once to the nearest value of fmt ('bf16', 'f16'), ties to
+    even, as float64: from the format's fields (its spacing at v), not through NumPy's
+    or PyTorch's conversions. Beyond the largest finite value by half a step or more:
+    +-inf."""
+    p, emin, largest = HALF_FORMATS[fmt]
+    v = np.asarray(v, np.float64)
+    _, e = np.frexp(v)  # |v| in [2^(e-1), 2^e)
+    step = np.ldexp(1.0, np.maximum(e - 1, emin) - (p - 1))
+    r = np.round(v / step) * step  # v / step: exact (a power of two); np.round: to even
+    return np.where(np.abs(r) > largest, np.copysign(np.inf, v), r)
+
+
+def rounding_range(want, bound, fmt):
+    """The values a float32 result within bound of want (float64) can round to in fmt:
+    (lo, hi), equal unless want lies within bound of a rounding midpoint."""
+    return round_half(want - bound, fmt), round_half(want + bound, fmt)
+
+
+def assert_rounded(got, want, bound, fmt):
+    """got (half values) is want rounded to fmt, but where want lies within bound (the
+    error of the float32 value the kernel rounds) of a rounding midpoint: there either
+    neighbour. Returns the share of values with one candidate (the check's strength)."""
+    lo, hi = rounding_range(want, bound, fmt)
+    got = np.asarray(got, np.float64)
+    assert np.all((lo <= got) & (got <= hi))
+    return np.mean(lo == hi)

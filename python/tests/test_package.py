@@ -48,6 +48,11 @@ class LibraryOfVersion:
     def nk_version(self):
         return self.version.encode()
 
+    def __getattr__(self, name):  # the kernels, which the package looks up at import
+        if name.startswith("nk_"):
+            return lambda *args: 0
+        raise AttributeError(name)
+
 
 def import_afresh():
     """Runs the package's __init__ again, in a module of its own (normkernels stays)."""

@@ -290,7 +290,8 @@ def test_empty_batch_as_pytorch():
 def test_other_tensors_are_refused_or_given_to_pytorch():
     x64 = leaf(data((3, 8), 1), F64)
     with pytest.raises(TypeError, match=r"normkernels.torch.layer_norm: x is a "
-                       r"torch.float64 tensor on cpu .*float32 CPU tensors only "
+                       r"torch.float64 tensor on cpu .*float32, bfloat16 and float16 CPU "
+                       r"tensors only "
                        r"\(fallback=True gives such tensors to PyTorch's own op\)"):
         nkt.layer_norm(x64, 8)
     with pytest.raises(TypeError, match="x is a torch.float32 tensor on meta"):

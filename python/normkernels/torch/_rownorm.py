@@ -6,8 +6,17 @@ import torch
 from .. import _args
 from .. import _backward_call, _forward_call, _split_rows
 from ._tensors import F32 as _F32
+from ._tensors import HALF as _HALF
 from ._tensors import FallbackModule, backward_once, dense, ours, refuse_unless_fallback
 from ._tensors import strided
+
+_TYPES = {_F32: "f32", _HALF[0]: "bf16", _HALF[1]: "f16"}  # the kernels' suffixes
+_DTYPES = tuple(_TYPES)
+# The dtype each dtype's gradients are computed in. The library has no half backward
+# yet: a half input's are the f32 kernel's on x (s), dy and dsum widened exactly, dx
+# rounded once to the input's dtype (Tensor.to rounds to nearest even). With _bf16 /
+# _f16 backwards (in normkernels._BACKWARDS), map each dtype to itself.
+_BACKWARD_DTYPE = {_F32: _F32, _HALF[0]: _F32, _HALF[1]: _F32}
 
 
 def _rows(t, lead_ndim, cols):
@@ -23,7 +32,7 @@ def _rows(t, lead_ndim, cols):
 
 
 def _new(t):
-    """A new contiguous float32 tensor of t's shape: empty_like takes half the time of
+    """A new contiguous tensor of t's shape and dtype: empty_like takes half the time of
     torch.empty(shape, dtype=...)."""
     return torch.empty_like(t, memory_format=torch.contiguous_format)
 
@@ -34,7 +43,9 @@ class _RowNorm(torch.autograd.Function):
     with their addresses, and the backward trusts what the forward saved.
 
     plan: (center, eps, norm, rows, cols, ldx, ldr), ldx and ldr being the row strides
-    of x and residual. The backward is _gradients."""
+    of x and residual. x and residual are of one dtype (float32, bfloat16 or float16),
+    as y and s are; weight, bias and the statistics are float32. The backward is
+    _gradients."""
 
     @staticmethod
     def forward(ctx, x, residual, weight, bias, plan):
@@ -47,7 +58,7 @@ class _RowNorm(torch.autograd.Function):
         stats = torch.empty(2 * rows if center else rows, dtype=_F32)
         mean = stats.data_ptr()
         rstd = mean + 4 * rows if center else mean
-        _forward_call(center, fused, rows, cols, x.data_ptr(), ldx,
+        _forward_call(_TYPES[x.dtype], center, fused, rows, cols, x.data_ptr(), ldx,
                       None if residual is None else residual.data_ptr(), ldr,
                       None if weight is None else weight.data_ptr(),
                       None if bias is None else bias.data_ptr(), eps,
@@ -70,29 +81,40 @@ def _gradients(ctx, dy, dsum=None):
         return dsum if need[0] else None, dsum if need[1] else None, None, None, None
     center, fused, norm, rows, cols, ldx, mean, rstd = ctx.plan
     x, weight = ctx.saved_tensors
+    dtype, work = x.dtype, _BACKWARD_DTYPE[x.dtype]
+    if work is not dtype:
+        x, ldx = _widened(x, work), cols
     lead_ndim = x.dim() - len(norm)
-    dy, lddy = _gradient(dy, "dy", lead_ndim, cols)
+    dy, lddy = _gradient(dy, "dy", lead_ndim, cols, work)
     dsum, ldds = (None, cols) if dsum is None else _gradient(dsum, "dsum", lead_ndim,
-                                                             cols)
+                                                             cols, work)
     dx = _new(x)
     # Sums over rows: with no row the library writes nothing, and they are 0.
     new = torch.empty if rows else torch.zeros
     dgamma = new(norm, dtype=_F32) if need[2] else None
     dbeta = new(norm, dtype=_F32) if need[3] else None
-    _backward_call(center, fused, rows, cols, x.data_ptr(), ldx, dy.data_ptr(), lddy,
+    _backward_call(_TYPES[work], center, fused, rows, cols, x.data_ptr(), ldx,
+                   dy.data_ptr(), lddy,
                    None if dsum is None else dsum.data_ptr(), ldds, mean, rstd,
                    None if weight is None else weight.data_ptr(), dx.data_ptr(), cols,
                    None if dgamma is None else dgamma.data_ptr(),
                    None if dbeta is None else dbeta.data_ptr())
+    dx = dx.to(dtype)  # itself when the kernel ran in x's dtype
     return dx if need[0] else None, dx if need[1] else None, dgamma, dbeta, None
 
 
 _RowNorm.backward = backward_once(_gradients)
 
 
-def _gradient(g, name, lead_ndim, cols):
-    """_rows of the gradient g of an output."""
-    return _rows(strided(g, name), lead_ndim, cols)
+def _gradient(g, name, lead_ndim, cols, dtype):
+    """_rows of the gradient g of an output, widened to dtype when of another."""
+    g = strided(g, name)
+    return _rows(g if g.dtype is dtype else _widened(g, dtype), lead_ndim, cols)
+
+
+def _widened(t, dtype):
+    """t as a new contiguous tensor of dtype, every value exact."""
+    return t.to(dtype, memory_format=torch.contiguous_format)
 
 
 _NAMES = "x", "residual", "weight", "bias"
@@ -119,7 +141,8 @@ def _norm(function, center, x, residual, normalized_shape, weight, bias, eps,
     norm = _shape(normalized_shape)
     if residual is None and function.startswith("add_"):  # not y alone
         raise TypeError("residual must be a torch.Tensor, not NoneType")
-    if not ours(function, fallback, _NAMES, x, residual, weight, bias):
+    if not (ours(function, fallback, _NAMES, x, residual, weight, bias, dtypes=_DTYPES)
+            and _one_dtype(function, fallback, x, residual, weight, bias)):
         s = x if residual is None else x + residual
         if center:
             y = torch.nn.functional.layer_norm(s, norm, weight, bias, eps)
@@ -134,8 +157,31 @@ def _norm(function, center, x, residual, normalized_shape, weight, bias, eps,
     x, ldx = _rows(x, len(lead), cols)
     residual, ldr = (None, cols) if residual is None else _rows(residual, len(lead),
                                                                cols)
-    return _RowNorm.apply(x, residual, dense(weight), dense(bias),
+    return _RowNorm.apply(x, residual, _parameter(weight), _parameter(bias),
                           (center, eps, norm, rows, cols, ldx, ldr))
+
+
+def _one_dtype(function, fallback, x, residual, weight, bias):
+    """Whether the library takes these dtypes, of tensors ours() took: residual of x's,
+    weight and bias of x's (as PyTorch's LayerNorm) or float32. False for others with
+    fallback."""
+    for name, t, dtypes in (("residual", residual, (x.dtype,)),
+                            ("weight", weight, (x.dtype, _F32)),
+                            ("bias", bias, (x.dtype, _F32))):
+        if t is not None and t.dtype not in dtypes:
+            if fallback:
+                return False
+            raise TypeError(f"normkernels.torch.{function}: {name} is a {t.dtype} "
+                            f"tensor and x a {x.dtype} one; the library takes x and "
+                            "residual of one dtype, weight and bias of x's or float32 "
+                            "(fallback=True gives such tensors to PyTorch's own op)")
+    return True
+
+
+def _parameter(p):
+    """A weight or bias as the library reads it: float32 (a half one widened exactly,
+    its gradient rounded back by autograd), contiguous."""
+    return dense(p if p is None or p.dtype is _F32 else p.float())
 
 def _torch_rms_norm(x, norm, weight, eps):
     """RMSNorm in PyTorch's operations: x * rsqrt(mean(x^2) + eps) * weight."""
@@ -179,6 +225,8 @@ class LayerNorm(FallbackModule, torch.nn.LayerNorm):
     parameters (weight, bias) and state_dict; fallback=True sends tensors the library
     does not take to torch.nn.LayerNorm's own forward."""
 
+    dtypes = _DTYPES
+
     def forward(self, x):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps,
                           fallback=self.fallback)
@@ -209,7 +257,7 @@ class RMSNorm(torch.nn.Module):
                 torch.ones(self.normalized_shape, device=device, dtype=dtype))
         else:
             self.register_parameter("weight", None)
-        refuse_unless_fallback(self)
+        refuse_unless_fallback(self, dtypes=_DTYPES)
 
     def reset_parameters(self):
         if self.weight is not None:

@@ -8,20 +8,22 @@ from torch.autograd.function import once_differentiable
 from .. import _NCHW, _NHWC
 
 F32 = torch.float32
+HALF = torch.bfloat16, torch.float16
+_TYPE_NAMES = {F32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
-def ours(function, fallback, names, *tensors):
+def ours(function, fallback, names, *tensors, dtypes=(F32,)):
     """Whether the library takes these tensors (named by names; None for none): True for
-    float32 CPU tensors; False for others with fallback, which PyTorch's own op then
-    takes."""
+    CPU tensors of dtypes (float32 unless told); False for others with fallback, which
+    PyTorch's own op then takes."""
     refused = None
     for name, t in zip(names, tensors):
         if t is None:
             continue
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, not {type(t).__name__}")
-        if refused is None and (t.dtype is not F32 or not t.is_cpu
+        if refused is None and (t.dtype not in dtypes or not t.is_cpu
                                 or t.layout is not torch.strided):
             refused = name, t
     if refused is None:
@@ -29,19 +31,24 @@ def ours(function, fallback, names, *tensors):
     if fallback:
         return False
     name, t = refused
+    taken = ", ".join(_TYPE_NAMES[d] for d in dtypes[:-1])
+    taken = f"{taken} and {_TYPE_NAMES[dtypes[-1]]}" if taken else _TYPE_NAMES[dtypes[0]]
+    why = ""
+    if t.dtype in HALF and t.dtype not in dtypes:
+        why = f"; half precision is not available for {function} yet"
     raise TypeError(f"normkernels.torch.{function}: {name} is a {t.dtype} tensor on "
-                    f"{t.device} ({t.layout}); the library takes float32 CPU tensors "
-                    "only (fallback=True gives such tensors to PyTorch's own op)")
+                    f"{t.device} ({t.layout}); the library takes {taken} CPU tensors "
+                    f"only{why} (fallback=True gives such tensors to PyTorch's own op)")
 
 
-def refuse_unless_fallback(module, names=("weight",)):
+def refuse_unless_fallback(module, names=("weight",), dtypes=(F32,)):
     """A module whose parameters (or buffers: the first of names that is not None) the
-    library cannot take fails at construction."""
+    library cannot take (tensors of dtypes on the CPU) fails at construction."""
     for name in names:
         t = getattr(module, name, None)
         if t is not None:
             if not module.fallback:
-                ours(type(module).__name__, False, (name,), t)
+                ours(type(module).__name__, False, (name,), t, dtypes=dtypes)
             return
 
 
@@ -52,11 +59,12 @@ class FallbackModule:
     construction."""
 
     checked = ("weight",)
+    dtypes = (F32,)  # those the library takes of them
 
     def __init__(self, *args, fallback=False, **kwargs):
         super().__init__(*args, **kwargs)
         self.fallback = fallback
-        refuse_unless_fallback(self, self.checked)
+        refuse_unless_fallback(self, self.checked, self.dtypes)
 
     def extra_repr(self):
         return super().extra_repr() + (", fallback=True" if self.fallback else "")

@@ -1,0 +1,157 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The LayerNorm family's forwards on float16 arrays: y against the float64 reference
+on the widened input (the fused forms: on the rounded sum) rounded once to float16,
+equal except within design.md's bound of a rounding midpoint; the statistics the f32
+forwards' on the widened input, bitwise; the sum x + residual rounded once; views and
+in place; and what float16 is refused by."""
+import numpy as np
+import pytest
+
+import normkernels as nk
+from reference import assert_rounded, data, reference, round_half
+
+NAMES = ["layer_norm", "rms_norm", "add_layer_norm", "add_rms_norm"]
+F16 = np.float16
+
+
+def call(name, x, residual, gamma, beta, **kw):
+    """name's function of the binding over the last axis."""
+    params = (gamma, beta) if "layer" in name else (gamma,)
+    inputs = (x, residual) if name.startswith("add") else (x,)
+    return getattr(nk, name)(*inputs, *params, **kw)
+
+
+def halves(shape, seed, offset=0.0):
+    return data(shape, seed, offset).astype(F16)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", [(1,), (7, 3), (2, 4, 33), (5, 768), (3, 4099)])
+def test_float16_is_the_rounded_reference(each_isa, name, shape):
+    center, fused = "layer" in name, name.startswith("add")
+    x = halves(shape, 1, offset=3.0)
+    residual = halves(shape, 2) if fused else None
+    gamma, beta = data(shape[-1:], 3), data(shape[-1:], 4)
+    out = call(name, x, residual, gamma, beta, return_stats=True)
+    y, stats = out[0], out[2 if fused else 1:]
+    assert y.dtype == F16 and y.shape == shape
+    assert all(v.dtype == np.float32 and v.shape == shape[:-1] for v in stats)
+    s = x
+    if fused:
+        s = out[1]
+        assert s.dtype == F16
+        exact = x.astype(np.float64) + residual.astype(np.float64)
+        np.testing.assert_array_equal(s, round_half(exact, "f16"))
+    s32 = s.astype(np.float32)  # exact
+    want, _, _, bound = reference(s32, gamma=gamma, beta=beta if center else None,
+                                  center=center)
+    exact_share = assert_rounded(y, want, bound, "f16")
+    assert exact_share > 0.8 or x.size < 64  # a few values may all be near midpoints
+    f32 = call(name.removeprefix("add_"), s32, None, gamma, beta, return_stats=True)
+    for got, expected in zip(stats, f32[1:]):
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_rounding_reference_is_numpys_float16():
+    """round_half against NumPy's float64 -> float16 conversion (correctly rounded), on
+    every float16 value, the midpoints to the next and values just beside them."""
+    values = np.arange(2 ** 16, dtype=np.uint16).view(F16)
+    values = values[np.isfinite(values)].astype(np.float64)
+    values.sort()
+    mid = (values[:-1] + values[1:]) / 2
+    probes = np.concatenate([values, mid, mid * (1 + 2.0 ** -40), mid * (1 - 2.0 ** -40),
+                             [65519.99, 65520.0, 1e6, 2.0 ** -25, 2.0 ** -26]])
+    with np.errstate(over="ignore"):  # 65520 and beyond: inf
+        for v in (probes, -probes):
+            np.testing.assert_array_equal(round_half(v, "f16"), v.astype(F16))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float16_views_and_in_place(each_isa, name):
+    """Row-strided float16 views (strides of 2-byte elements) give the contiguous
+    call's bits, writing nothing between rows; the sum into residual in place."""
+    fused = name.startswith("add")
+    gamma, beta = data((64,), 3), data((64,), 4)
+    x = halves((9, 200), 1)[:, 10:74]
+    residual = halves((9, 150), 2)[:, 3:67] if fused else None
+    want = call(name, x.copy(), None if residual is None else residual.copy(), gamma,
+                beta, return_stats=True)
+    out = np.full((9, 100), np.nan, F16)
+    kw = {"sum_out": residual} if fused else {}
+    got = call(name, x, residual, gamma, beta, out=out[:, 20:84], return_stats=True,
+               **kw)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    assert got[0].base is out and np.isnan(out[:, :20]).all()
+    assert np.isnan(out[:, 84:]).all()
+    if fused:
+        assert got[1] is residual
+    y = call(name, x, residual if fused else None, gamma, beta, out=x)  # in place
+    assert (y[0] if fused else y) is x
+
+
+def test_mixed_dtypes_are_refused():
+    x, x32 = halves((2, 8), 1), data((2, 8), 1)
+    g16 = np.ones(8, F16)
+    one_dtype = r"\(x's: x, residual, out and sum_out have one dtype\)"
+    with pytest.raises(TypeError, match=rf"residual must have dtype float16 {one_dtype}, "
+                       "not float32"):
+        nk.add_layer_norm(x, x32)
+    with pytest.raises(TypeError, match="residual must have dtype float32 .*not "
+                       "float16"):
+        nk.add_rms_norm(x32, x)
+    with pytest.raises(TypeError, match=r"out must have dtype float16 .*not float32"):
+        nk.layer_norm(x, out=x32)
+    with pytest.raises(TypeError, match=r"sum_out must have dtype float16 .*not float32"):
+        nk.add_rms_norm(x, x, sum_out=x32)
+    with pytest.raises(TypeError, match=r"gamma must have dtype float32 \(gamma and beta "
+                       r"are float32 with x of either dtype\), not float16"):
+        nk.layer_norm(x, g16)
+    with pytest.raises(TypeError, match="beta must have dtype float32"):
+        nk.add_layer_norm(x, x, None, g16)
+    with pytest.raises(TypeError, match="x must have dtype float32 or float16, not "
+                       "float64"):
+        nk.rms_norm(x.astype(np.float64))
+
+
+def _float16_calls():
+    """(name, call) of every function without a half form, given a float16 array."""
+    h, x, c = halves((2, 3, 4), 1), data((2, 3, 4), 1), np.ones(3, np.float32)
+    r, s = halves((2, 4), 2), np.ones(2, np.float32)
+    return [
+        ("layer_norm_backward", lambda: nk.layer_norm_backward(r, r, s, s)),
+        ("rms_norm_backward", lambda: nk.rms_norm_backward(r, r, s)),
+        ("add_layer_norm_backward", lambda: nk.add_layer_norm_backward(r, r, s, s)),
+        ("add_rms_norm_backward", lambda: nk.add_rms_norm_backward(r, r, s)),
+        ("batch_norm", lambda: nk.batch_norm(h, training=True)),
+        ("batch_norm_moments", lambda: nk.batch_norm_moments(h)),
+        ("moments_merge", lambda: nk.moments_merge(1, c.astype(F16), c, 1, c, c)),
+        ("batch_norm_update_running",
+         lambda: nk.batch_norm_update_running(2, c, c, 0.1, c.astype(F16), c)),
+        ("batch_norm_backward", lambda: nk.batch_norm_backward(h, x, c, c)),
+        ("batch_norm_backward_reduce", lambda: nk.batch_norm_backward_reduce(x, h, c, c)),
+        ("batch_norm_backward_apply",
+         lambda: nk.batch_norm_backward_apply(h, x, c, c, 8, c, c)),
+        ("group_norm", lambda: nk.group_norm(h, 3)),
+        ("instance_norm", lambda: nk.instance_norm(h)),
+        ("group_norm_backward",
+         lambda: nk.group_norm_backward(h, x, np.ones((2, 3), np.float32),
+                                        np.ones((2, 3), np.float32), 3)),
+        ("instance_norm_backward",
+         lambda: nk.instance_norm_backward(x, h, np.ones((2, 3), np.float32),
+                                           np.ones((2, 3), np.float32))),
+    ]
+
+
+@pytest.mark.parametrize("name, fn", _float16_calls(), ids=lambda v: v if isinstance(
+    v, str) else "")
+def test_functions_without_a_half_form_refuse_float16(name, fn):
+    with pytest.raises(TypeError, match=rf"^{name}: half precision is not available for "
+                       r"it yet \(\w+ is float16\); give float32 arrays"):
+        fn()
+
+
+def test_every_function_without_a_half_form_is_checked():
+    halves_taken = set(NAMES) | {"isa", "available_isas", "set_isa", "num_threads",
+                                 "set_num_threads", "version", "NormKernelsError"}
+    assert {name for name, _ in _float16_calls()} == set(nk.__all__) - halves_taken
