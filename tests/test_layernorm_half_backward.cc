@@ -64,9 +64,9 @@ nk_status Backward(const HalfFormat* fmt, Op op, size_t rows, size_t cols, const
 
 // A backward case's inputs in half (and widened) and what the call gave.
 struct HalfGrad {
-  const HalfFormat* fmt;
-  Op op;
-  size_t rows, cols;
+  const HalfFormat* fmt = nullptr;
+  Op op = Op::kLayerNorm;
+  size_t rows = 0, cols = 0;
   std::vector<uint16_t> x, dy, dsum;     // dsum empty: NULL
   std::vector<float> mean, rstd, gamma;  // gamma empty: NULL
   bool params = true;                    // dgamma / dbeta wanted
@@ -87,7 +87,11 @@ struct GradOut {
 // rstd the rows' own (float); gamma near 1.
 HalfGrad MakeCase(const HalfFormat& fmt, Op op, size_t rows, size_t cols, uint32_t seed,
                   bool gamma = true, bool dsum = true, float x_mean = 0.5f) {
-  HalfGrad c{&fmt, op, rows, cols};
+  HalfGrad c;
+  c.fmt = &fmt;
+  c.op = op;
+  c.rows = rows;
+  c.cols = cols;
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const auto half = [&](float v) { return Round(fmt, v); };
