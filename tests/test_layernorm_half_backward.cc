@@ -15,55 +15,38 @@
 
 #include "half_reference.h"
 #include "reference.h"
-#include "rownorm_case.h"
+#include "rowgrad_case.h"
 #include "test_util.h"
 
 namespace nk_test {
 namespace {
 
-// One backward call of `op` on tensors of element type E (float or uint16_t half
-// patterns of `fmt`); strides of cols; dsum, dgamma, dbeta may be nullptr.
-template <class E>
-nk_status Backward(const HalfFormat* fmt, Op op, size_t rows, size_t cols, const E* x,
-                   const E* dy, const E* dsum, const float* mean, const float* rstd,
-                   const float* gamma, E* dx, float* dgamma, float* dbeta) {
-  if constexpr (std::is_same_v<E, float>) {
-    (void)fmt;
-    switch (op) {
-      case Op::kLayerNorm:
-        return nk_layernorm_backward_f32(rows, cols, x, dy, mean, rstd, gamma, dx, dgamma,
-                                         dbeta);
-      case Op::kRmsNorm:
-        return nk_rmsnorm_backward_f32(rows, cols, x, dy, rstd, gamma, dx, dgamma);
-      case Op::kAddLayerNorm:
-        return nk_add_layernorm_backward_f32(rows, cols, x, dy, dsum, mean, rstd, gamma,
-                                             dx, dgamma, dbeta);
-      case Op::kAddRmsNorm:
-        return nk_add_rmsnorm_backward_f32(rows, cols, x, dy, dsum, rstd, gamma, dx,
-                                           dgamma);
-    }
-  } else {
-    const bool bf16 = fmt == &kBf16;
-    switch (op) {
-      case Op::kLayerNorm:
-        return (bf16 ? nk_layernorm_backward_bf16 : nk_layernorm_backward_f16)(
-            rows, cols, x, dy, mean, rstd, gamma, dx, dgamma, dbeta);
-      case Op::kRmsNorm:
-        return (bf16 ? nk_rmsnorm_backward_bf16 : nk_rmsnorm_backward_f16)(
-            rows, cols, x, dy, rstd, gamma, dx, dgamma);
-      case Op::kAddLayerNorm:
-        return (bf16 ? nk_add_layernorm_backward_bf16 : nk_add_layernorm_backward_f16)(
-            rows, cols, x, dy, dsum, mean, rstd, gamma, dx, dgamma, dbeta);
-      case Op::kAddRmsNorm:
-        return (bf16 ? nk_add_rmsnorm_backward_bf16 : nk_add_rmsnorm_backward_f16)(
-            rows, cols, x, dy, dsum, rstd, gamma, dx, dgamma);
-    }
+// One backward call of `op` on half tensors of `fmt`; strides of cols; dsum, dgamma,
+// dbeta may be nullptr. (The f32 kernel: CallGrad of rowgrad_case.h.)
+nk_status HalfGrad(const HalfFormat& fmt, Op op, size_t rows, size_t cols,
+                   const uint16_t* x, const uint16_t* dy, const uint16_t* dsum,
+                   const float* mean, const float* rstd, const float* gamma, uint16_t* dx,
+                   float* dgamma, float* dbeta) {
+  const bool bf16 = &fmt == &kBf16;
+  switch (op) {
+    case Op::kLayerNorm:
+      return (bf16 ? nk_layernorm_backward_bf16 : nk_layernorm_backward_f16)(
+          rows, cols, x, dy, mean, rstd, gamma, dx, dgamma, dbeta);
+    case Op::kRmsNorm:
+      return (bf16 ? nk_rmsnorm_backward_bf16 : nk_rmsnorm_backward_f16)(
+          rows, cols, x, dy, rstd, gamma, dx, dgamma);
+    case Op::kAddLayerNorm:
+      return (bf16 ? nk_add_layernorm_backward_bf16 : nk_add_layernorm_backward_f16)(
+          rows, cols, x, dy, dsum, mean, rstd, gamma, dx, dgamma, dbeta);
+    case Op::kAddRmsNorm:
+      return (bf16 ? nk_add_rmsnorm_backward_bf16 : nk_add_rmsnorm_backward_f16)(
+          rows, cols, x, dy, dsum, rstd, gamma, dx, dgamma);
   }
   return NK_ERR_INVALID_ARGUMENT;
 }
 
 // A backward case's inputs in half (and widened) and what the call gave.
-struct HalfGrad {
+struct GradCase {
   const HalfFormat* fmt = nullptr;
   Op op = Op::kLayerNorm;
   size_t rows = 0, cols = 0;
@@ -85,9 +68,9 @@ struct GradOut {
 
 // Random inputs: x ~ N(0.5, 2) and dy, dsum ~ N(0, 1) rounded to the format; mean /
 // rstd the rows' own (float); gamma near 1.
-HalfGrad MakeCase(const HalfFormat& fmt, Op op, size_t rows, size_t cols, uint32_t seed,
+GradCase MakeCase(const HalfFormat& fmt, Op op, size_t rows, size_t cols, uint32_t seed,
                   bool gamma = true, bool dsum = true, float x_mean = 0.5f) {
-  HalfGrad c;
+  GradCase c;
   c.fmt = &fmt;
   c.op = op;
   c.rows = rows;
@@ -121,7 +104,7 @@ HalfGrad MakeCase(const HalfFormat& fmt, Op op, size_t rows, size_t cols, uint32
 
 // The half call, at `misalign` elements past a line, dx given the aliasing asked for.
 enum class Place { kSeparate, kDxIsDy, kDxIsDsum };
-GradOut RunHalf(const HalfGrad& c, size_t misalign = 0, Place place = Place::kSeparate) {
+GradOut RunHalf(const GradCase& c, size_t misalign = 0, Place place = Place::kSeparate) {
   const size_t n = c.rows * c.cols;
   HalfBuffer x(n, misalign), dy(n, misalign), dsum(n, misalign), dx(n, misalign);
   std::memcpy(x.data(), c.x.data(), n * sizeof(uint16_t));
@@ -131,11 +114,11 @@ GradOut RunHalf(const HalfGrad& c, size_t misalign = 0, Place place = Place::kSe
   uint16_t* out = place == Place::kDxIsDy     ? dy.data()
                   : place == Place::kDxIsDsum ? dsum.data()
                                               : dx.data();
-  const nk_status s = Backward<uint16_t>(
-      c.fmt, c.op, c.rows, c.cols, x.data(), dy.data(),
-      c.dsum.empty() ? nullptr : dsum.data(), c.mean.data(), c.rstd.data(),
-      c.gamma.empty() ? nullptr : c.gamma.data(), out, c.params ? dgamma.data() : nullptr,
-      c.params ? dbeta.data() : nullptr);
+  const nk_status s =
+      HalfGrad(*c.fmt, c.op, c.rows, c.cols, x.data(), dy.data(),
+               c.dsum.empty() ? nullptr : dsum.data(), c.mean.data(), c.rstd.data(),
+               c.gamma.empty() ? nullptr : c.gamma.data(), out,
+               c.params ? dgamma.data() : nullptr, c.params ? dbeta.data() : nullptr);
   EXPECT_EQ(s, NK_OK) << nk_last_error();
   GradOut g;
   g.dx.assign(out, out + n);
@@ -147,17 +130,17 @@ GradOut RunHalf(const HalfGrad& c, size_t misalign = 0, Place place = Place::kSe
 }
 
 // The f32 kernel on the widened tensors: dx rounded once, dgamma / dbeta as they are.
-GradOut RunF32Rounded(const HalfGrad& c) {
+GradOut RunF32Rounded(const GradCase& c) {
   const size_t n = c.rows * c.cols;
   const std::vector<float> x = c.Widened(c.x), dy = c.Widened(c.dy),
                            dsum = c.Widened(c.dsum);
   std::vector<float> dx(n), dgamma(c.cols), dbeta(c.cols);
-  EXPECT_EQ(Backward<float>(nullptr, c.op, c.rows, c.cols, x.data(), dy.data(),
-                            c.dsum.empty() ? nullptr : dsum.data(), c.mean.data(),
-                            c.rstd.data(), c.gamma.empty() ? nullptr : c.gamma.data(),
-                            dx.data(), c.params ? dgamma.data() : nullptr,
-                            c.params ? dbeta.data() : nullptr),
-            NK_OK)
+  EXPECT_EQ(
+      CallGrad(c.op, c.rows, c.cols, x.data(), dy.data(),
+               c.dsum.empty() ? nullptr : dsum.data(), c.mean.data(), c.rstd.data(),
+               c.gamma.empty() ? nullptr : c.gamma.data(), dx.data(),
+               c.params ? dgamma.data() : nullptr, c.params ? dbeta.data() : nullptr),
+      NK_OK)
       << nk_last_error();
   GradOut g;
   for (float v : dx) g.dx.push_back(Round(*c.fmt, v));
@@ -168,7 +151,7 @@ GradOut RunF32Rounded(const HalfGrad& c) {
   return g;
 }
 
-std::string Describe(const HalfGrad& c) {
+std::string Describe(const GradCase& c) {
   return std::string(OpName(c.op)) + "_backward_" + c.fmt->name + " " +
          std::to_string(c.rows) + "x" + std::to_string(c.cols) + " isa " + nk_get_isa() +
          " threads " + std::to_string(nk_get_num_threads());
@@ -176,7 +159,7 @@ std::string Describe(const HalfGrad& c) {
 
 // dx equal (NaN: a quiet NaN where the rounded f32 result is NaN), dgamma / dbeta
 // bitwise.
-void ExpectSame(const HalfGrad& c, const GradOut& got, const GradOut& want) {
+void ExpectSame(const GradCase& c, const GradOut& got, const GradOut& want) {
   SCOPED_TRACE(Describe(c));
   ASSERT_EQ(got.dx.size(), want.dx.size());
   for (size_t i = 0; i < got.dx.size(); ++i) {
@@ -212,13 +195,13 @@ TEST_P(HalfBackward, IsTheF32KernelRounded) {
     for (Op op : kAllOps) {
       for (auto [rows, cols] : shapes) {
         for (int variant = 0; variant < 2; ++variant) {
-          HalfGrad c = MakeCase(*fmt, op, rows, cols, ++seed, variant == 0, variant == 0);
+          GradCase c = MakeCase(*fmt, op, rows, cols, ++seed, variant == 0, variant == 0);
           c.params = variant == 0 || cols % 2 == 1;
           ExpectSame(c, RunHalf(c), RunF32Rounded(c));
         }
       }
       for (size_t cols = 1; cols <= 67; cols += 3) {
-        const HalfGrad c = MakeCase(*fmt, op, 3, cols, ++seed);
+        const GradCase c = MakeCase(*fmt, op, 3, cols, ++seed);
         ExpectSame(c, RunHalf(c), RunF32Rounded(c));
       }
     }
@@ -231,7 +214,7 @@ TEST_P(HalfBackward, MeetsTheHalfRule) {
   for (const HalfFormat* fmt : kFormats) {
     for (Op op : kAllOps) {
       for (auto [rows, cols] : {std::pair<size_t, size_t>{4, 61}, {2, 1024}, {1, 4099}}) {
-        const HalfGrad c = MakeCase(*fmt, op, rows, cols, ++seed);
+        const GradCase c = MakeCase(*fmt, op, rows, cols, ++seed);
         const GradOut got = RunHalf(c);
         const std::vector<float> x = c.Widened(c.x), dy = c.Widened(c.dy),
                                  dsum = c.Widened(c.dsum);
@@ -257,7 +240,7 @@ TEST_P(HalfBackward, MisalignedAndInPlace) {
   uint32_t seed = 200;
   for (const HalfFormat* fmt : kFormats) {
     for (Op op : kAllOps) {
-      const HalfGrad c = MakeCase(*fmt, op, 9, 1000, ++seed);
+      const GradCase c = MakeCase(*fmt, op, 9, 1000, ++seed);
       const GradOut want = RunHalf(c);
       for (size_t misalign : {1, 3, 8}) ExpectSame(c, RunHalf(c, misalign), want);
       ExpectSame(c, RunHalf(c, 1, Place::kDxIsDy), want);
@@ -272,7 +255,7 @@ TEST_P(HalfBackward, NonFiniteAndIllConditioned) {
   uint32_t seed = 300;
   for (const HalfFormat* fmt : kFormats) {
     for (Op op : kAllOps) {
-      HalfGrad c = MakeCase(*fmt, op, 6, 130, ++seed);
+      GradCase c = MakeCase(*fmt, op, 6, 130, ++seed);
       c.x[1 * 130 + 5] = InfBits(*fmt) | QuietBit(*fmt);  // NaN in row 1
       c.dy[3 * 130 + 7] = InfBits(*fmt);                  // Inf in row 3
       ExpectSame(c, RunHalf(c), RunF32Rounded(c));
@@ -280,7 +263,7 @@ TEST_P(HalfBackward, NonFiniteAndIllConditioned) {
       for (size_t j = 0; j < 130; ++j) {
         ASSERT_FALSE(IsNaN(*fmt, got.dx[j])) << Describe(c) << " row 0 col " << j;
       }
-      const HalfGrad ill = MakeCase(*fmt, op, 4, 777, ++seed, true, true, 1e4f);
+      const GradCase ill = MakeCase(*fmt, op, 4, 777, ++seed, true, true, 1e4f);
       ExpectSame(ill, RunHalf(ill), RunF32Rounded(ill));
     }
   }
@@ -293,7 +276,7 @@ TEST_P(HalfBackward, ThreadCountsAgree) {
   for (const HalfFormat* fmt : kFormats) {
     for (Op op : {Op::kLayerNorm, Op::kAddRmsNorm}) {
       for (auto [rows, cols] : {std::pair<size_t, size_t>{96, 4096}, {2, 1 << 18}}) {
-        const HalfGrad c = MakeCase(*fmt, op, rows, cols, ++seed);
+        const GradCase c = MakeCase(*fmt, op, rows, cols, ++seed);
         nk_set_num_threads(1);
         const GradOut one = RunHalf(c);
         for (int t : {2, 3}) {
@@ -311,7 +294,7 @@ TEST_P(HalfBackward, StridedGivesTheContiguousBits) {
   const size_t rows = 5, cols = 300, ld = 333;
   for (const HalfFormat* fmt : kFormats) {
     const bool bf16 = fmt == &kBf16;
-    const HalfGrad c = MakeCase(*fmt, Op::kAddLayerNorm, rows, cols, 500);
+    const GradCase c = MakeCase(*fmt, Op::kAddLayerNorm, rows, cols, 500);
     const GradOut want = RunHalf(c);
     std::vector<uint16_t> x(rows * ld, 0), dy(rows * ld, 0), dsum(rows * ld, 0),
         dx(rows * ld, 0x7777);
