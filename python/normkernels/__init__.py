@@ -353,9 +353,9 @@ def _backward(center, fused, dy, x, dsum, mean, rstd, gamma, out, param_grads, w
     dgamma = new(norm, np.float32) if param_grads else None
     dbeta = new(norm, np.float32) if param_grads and center else None
     p = _ptr if ldx == lddy == ldds == lddx == cols else _view_ptr
-    _backward_call(_TYPES[x.dtype], center, fused, rows, cols, p(x), ldx, p(dy), lddy, p(dsum),
-                   ldds, _ptr(mean), _ptr(rstd), _ptr(gamma), p(dx), lddx, _ptr(dgamma),
-                   _ptr(dbeta))
+    _backward_call(_TYPES[x.dtype], center, fused, rows, cols, p(x), ldx, p(dy), lddy,
+                   p(dsum), ldds, _ptr(mean), _ptr(rstd), _ptr(gamma), p(dx), lddx,
+                   _ptr(dgamma), _ptr(dbeta))
     return (dx, dgamma, dbeta) if center else (dx, dgamma)
 
 
