@@ -337,6 +337,63 @@ NK_API nk_status nk_add_rmsnorm_backward_strided_f32(
     const float* dsum, size_t ldds, const float* rrms, const float* gamma, float* dx,
     size_t lddx, float* dgamma);
 
+/* The backwards' half-precision forms (_bf16, _f16): x (sum), dy, dsum and dx in
+   half, widened exactly; mean, rstd (rrms), gamma, dgamma and dbeta float; all
+   arithmetic fp32, dx rounded once to nearest even. dgamma and dbeta are the f32
+   kernel's on the widened tensors, bit for bit. */
+NK_API nk_status nk_layernorm_backward_bf16(size_t rows, size_t cols, const nk_bf16* x,
+    const nk_bf16* dy, const float* mean, const float* rstd, const float* gamma, nk_bf16* dx,
+    float* dgamma, float* dbeta);
+NK_API nk_status nk_rmsnorm_backward_bf16(size_t rows, size_t cols, const nk_bf16* x,
+    const nk_bf16* dy, const float* rrms, const float* gamma, nk_bf16* dx, float* dgamma);
+NK_API nk_status nk_add_layernorm_backward_bf16(size_t rows, size_t cols, const nk_bf16* sum,
+    const nk_bf16* dy, const nk_bf16* dsum, const float* mean, const float* rstd,
+    const float* gamma, nk_bf16* dx, float* dgamma, float* dbeta);
+NK_API nk_status nk_add_rmsnorm_backward_bf16(size_t rows, size_t cols, const nk_bf16* sum,
+    const nk_bf16* dy, const nk_bf16* dsum, const float* rrms, const float* gamma, nk_bf16* dx,
+    float* dgamma);
+NK_API nk_status nk_layernorm_backward_strided_bf16(size_t rows, size_t cols,
+    const nk_bf16* x, size_t ldx, const nk_bf16* dy, size_t lddy, const float* mean,
+    const float* rstd, const float* gamma, nk_bf16* dx, size_t lddx, float* dgamma,
+    float* dbeta);
+NK_API nk_status nk_rmsnorm_backward_strided_bf16(size_t rows, size_t cols,
+    const nk_bf16* x, size_t ldx, const nk_bf16* dy, size_t lddy, const float* rrms,
+    const float* gamma, nk_bf16* dx, size_t lddx, float* dgamma);
+NK_API nk_status nk_add_layernorm_backward_strided_bf16(size_t rows, size_t cols,
+    const nk_bf16* sum, size_t lds, const nk_bf16* dy, size_t lddy, const nk_bf16* dsum,
+    size_t ldds, const float* mean, const float* rstd, const float* gamma, nk_bf16* dx,
+    size_t lddx, float* dgamma, float* dbeta);
+NK_API nk_status nk_add_rmsnorm_backward_strided_bf16(size_t rows, size_t cols,
+    const nk_bf16* sum, size_t lds, const nk_bf16* dy, size_t lddy, const nk_bf16* dsum,
+    size_t ldds, const float* rrms, const float* gamma, nk_bf16* dx, size_t lddx,
+    float* dgamma);
+NK_API nk_status nk_layernorm_backward_f16(size_t rows, size_t cols, const nk_f16* x,
+    const nk_f16* dy, const float* mean, const float* rstd, const float* gamma, nk_f16* dx,
+    float* dgamma, float* dbeta);
+NK_API nk_status nk_rmsnorm_backward_f16(size_t rows, size_t cols, const nk_f16* x,
+    const nk_f16* dy, const float* rrms, const float* gamma, nk_f16* dx, float* dgamma);
+NK_API nk_status nk_add_layernorm_backward_f16(size_t rows, size_t cols, const nk_f16* sum,
+    const nk_f16* dy, const nk_f16* dsum, const float* mean, const float* rstd,
+    const float* gamma, nk_f16* dx, float* dgamma, float* dbeta);
+NK_API nk_status nk_add_rmsnorm_backward_f16(size_t rows, size_t cols, const nk_f16* sum,
+    const nk_f16* dy, const nk_f16* dsum, const float* rrms, const float* gamma, nk_f16* dx,
+    float* dgamma);
+NK_API nk_status nk_layernorm_backward_strided_f16(size_t rows, size_t cols,
+    const nk_f16* x, size_t ldx, const nk_f16* dy, size_t lddy, const float* mean,
+    const float* rstd, const float* gamma, nk_f16* dx, size_t lddx, float* dgamma,
+    float* dbeta);
+NK_API nk_status nk_rmsnorm_backward_strided_f16(size_t rows, size_t cols,
+    const nk_f16* x, size_t ldx, const nk_f16* dy, size_t lddy, const float* rrms,
+    const float* gamma, nk_f16* dx, size_t lddx, float* dgamma);
+NK_API nk_status nk_add_layernorm_backward_strided_f16(size_t rows, size_t cols,
+    const nk_f16* sum, size_t lds, const nk_f16* dy, size_t lddy, const nk_f16* dsum,
+    size_t ldds, const float* mean, const float* rstd, const float* gamma, nk_f16* dx,
+    size_t lddx, float* dgamma, float* dbeta);
+NK_API nk_status nk_add_rmsnorm_backward_strided_f16(size_t rows, size_t cols,
+    const nk_f16* sum, size_t lds, const nk_f16* dy, size_t lddy, const nk_f16* dsum,
+    size_t ldds, const float* rrms, const float* gamma, nk_f16* dx, size_t lddx,
+    float* dgamma);
+
 /* ---------------------------------------------------------------- BatchNorm */
 
 /* BatchNorm statistics are per channel, over the n * spatial values of that channel:

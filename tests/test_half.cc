@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // test_half: the bfloat16 / fp16 conversions of every target against a reference
-// written from the formats' definitions (values from their fields; rounding by
-// looking up the two nearest representable values), sharing no code with them.
+// written from the formats' definitions (half_reference.h: values from their fields;
+// rounding by looking up the two nearest representable values), sharing no code with
+// them.
 // Widening: all 65536 patterns of each type. Narrowing: every representable value,
 // the midpoint to the next one (ties to even) and the fp32 values beside both, at both
 // signs; fp16's overflow (65504, 65520, beyond) and subnormal range; NaN payloads;
@@ -17,20 +18,24 @@
 
 #include "kernels/common/dispatch.h"
 #include "kernels/common/half_convert.h"
+#include "half_reference.h"
 #include "test_util.h"
 
 namespace {
 
 using nk::HalfType;
+using nk_test::HalfFormat;
+using nk_test::InfBits;
+using nk_test::IsNaN;
+using nk_test::IsQuiet;
+using nk_test::kBf16;
+using nk_test::kF16;
+using nk_test::Round;
+using nk_test::Value;
 
-struct Format {
-  HalfType type;
-  int mantissa_bits;  // stored fraction bits: 7 (bf16), 10 (fp16)
-  int exponent_bits;  // 8, 5
-  const char* name;
-};
-constexpr Format kBf16{HalfType::kBf16, 7, 8, "bf16"};
-constexpr Format kF16{HalfType::kF16, 10, 5, "fp16"};
+HalfType TypeOf(const HalfFormat& fmt) {
+  return fmt.exponent_bits == kBf16.exponent_bits ? HalfType::kBf16 : HalfType::kF16;
+}
 
 float Bits(uint32_t u) {
   float f;
@@ -43,61 +48,12 @@ uint32_t Bits(float f) {
   return u;
 }
 
-// The value of a half pattern from its fields (NaN for any NaN pattern).
-long double Value(const Format& fmt, uint16_t h) {
-  const int m = fmt.mantissa_bits, e = fmt.exponent_bits;
-  const int bias = (1 << (e - 1)) - 1;
-  const unsigned exponent = (h >> m) & ((1u << e) - 1);
-  const unsigned fraction = h & ((1u << m) - 1);
-  const long double sign = (h >> 15) != 0 ? -1.0L : 1.0L;
-  if (exponent == (1u << e) - 1) {
-    return fraction == 0 ? sign * HUGE_VALL : std::nanl("");
-  }
-  if (exponent == 0)
-    return sign * std::ldexp(static_cast<long double>(fraction), 1 - bias - m);
-  return sign * std::ldexp(static_cast<long double>(fraction + (1u << m)),
-                           static_cast<int>(exponent) - bias - m);
-}
-
-// Round to nearest, ties to even, of a finite or infinite fp32 value: the nearer of the
-// two representable neighbours (the even pattern on a tie); beyond the largest finite
-// value by half its step or more, Inf.
-uint16_t Round(const Format& fmt, float f) {
-  const uint16_t sign = std::signbit(f) ? 0x8000 : 0;
-  const long double a = std::fabs(static_cast<long double>(f));
-  const uint16_t inf =
-      static_cast<uint16_t>(((1u << fmt.exponent_bits) - 1) << fmt.mantissa_bits);
-  const uint16_t max = inf - 1;
-  const long double top = Value(fmt, max), step = top - Value(fmt, max - 1);
-  if (a >= top + step / 2) return sign | inf;
-  // The largest pattern whose value is <= a (patterns of one sign are ordered).
-  uint16_t lo = 0, hi = max;
-  while (lo < hi) {
-    const uint16_t mid = static_cast<uint16_t>((lo + hi + 1) / 2);
-    if (Value(fmt, mid) <= a) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  if (lo == max) return sign | max;
-  const long double below = a - Value(fmt, lo), above = Value(fmt, lo + 1) - a;
-  const bool up = above < below || (above == below && (lo & 1) != 0);
-  return sign | static_cast<uint16_t>(lo + up);
-}
-
-bool IsNaN(const Format& fmt, uint16_t h) { return std::isnan(Value(fmt, h)); }
-bool IsQuiet(const Format& fmt, uint16_t h) {
-  return (h & (1u << (fmt.mantissa_bits - 1))) != 0;
-}
-
 // The fp32 inputs of the narrowing checks: each representable value, the midpoint to
 // the next, the fp32 values beside both, both signs; then the special cases and random
 // patterns.
-std::vector<float> NarrowInputs(const Format& fmt) {
+std::vector<float> NarrowInputs(const HalfFormat& fmt) {
   std::vector<float> in;
-  const uint16_t inf =
-      static_cast<uint16_t>(((1u << fmt.exponent_bits) - 1) << fmt.mantissa_bits);
+  const uint16_t inf = InfBits(fmt);
   for (uint32_t h = 0; h < inf; ++h) {
     const float v = static_cast<float>(Value(fmt, static_cast<uint16_t>(h)));
     const float mid =
@@ -135,9 +91,9 @@ class Half : public nk_test::IsaTest {
 TEST_P(Half, WidensEveryPatternExactly) {
   std::vector<uint16_t> h(65536);
   for (uint32_t i = 0; i < h.size(); ++i) h[i] = static_cast<uint16_t>(i);
-  for (const Format& fmt : {kBf16, kF16}) {
+  for (const HalfFormat& fmt : {kBf16, kF16}) {
     std::vector<float> f(h.size(), 12345.0f);
-    Kernels().widen(fmt.type, h.data(), h.size(), f.data());
+    Kernels().widen(TypeOf(fmt), h.data(), h.size(), f.data());
     for (uint32_t i = 0; i < h.size(); ++i) {
       const long double want = Value(fmt, h[i]);
       if (std::isnan(want)) {
@@ -155,10 +111,10 @@ TEST_P(Half, WidensEveryPatternExactly) {
 }
 
 TEST_P(Half, NarrowsToNearestEven) {
-  for (const Format& fmt : {kBf16, kF16}) {
+  for (const HalfFormat& fmt : {kBf16, kF16}) {
     const std::vector<float> in = NarrowInputs(fmt);
     std::vector<uint16_t> out(in.size(), 0x1234);
-    Kernels().narrow(fmt.type, in.data(), in.size(), out.data());
+    Kernels().narrow(TypeOf(fmt), in.data(), in.size(), out.data());
     for (size_t i = 0; i < in.size(); ++i) {
       ASSERT_EQ(out[i], Round(fmt, in[i])) << fmt.name << ": " << std::hexfloat << in[i]
                                            << " (0x" << std::hex << Bits(in[i]) << ")";
@@ -198,11 +154,11 @@ TEST_P(Half, NamedCases) {
 TEST_P(Half, NaNStaysQuietNaN) {
   const std::vector<uint32_t> nans = {0x7FC00000, 0x7F800001, 0x7FA00000, 0xFFFFFFFF,
                                       0xFF800400, 0x7FBFE000, 0x7F802000};
-  for (const Format& fmt : {kBf16, kF16}) {
+  for (const HalfFormat& fmt : {kBf16, kF16}) {
     std::vector<float> in;
     for (uint32_t u : nans) in.push_back(Bits(u));
     std::vector<uint16_t> out(in.size());
-    Kernels().narrow(fmt.type, in.data(), in.size(), out.data());
+    Kernels().narrow(TypeOf(fmt), in.data(), in.size(), out.data());
     for (size_t i = 0; i < in.size(); ++i) {
       SCOPED_TRACE(testing::Message() << fmt.name << " 0x" << std::hex << nans[i]);
       EXPECT_TRUE(IsNaN(fmt, out[i]));
@@ -222,15 +178,15 @@ TEST_P(Half, SpansOfEveryLength) {
   std::normal_distribution<float> normal(0.0f, 100.0f);
   std::vector<float> f(80);
   for (float& v : f) v = normal(rng);
-  for (const Format& fmt : {kBf16, kF16}) {
+  for (const HalfFormat& fmt : {kBf16, kF16}) {
     std::vector<uint16_t> whole(f.size());
     for (size_t i = 0; i < f.size(); ++i) whole[i] = Round(fmt, f[i]);
     for (size_t n = 1; n <= 67; ++n) {
       for (size_t at : {size_t{1}, size_t{3}, size_t{7}}) {
         std::vector<uint16_t> h(f.size(), 0xABCD);
-        Kernels().narrow(fmt.type, f.data() + at, n, h.data() + at);
+        Kernels().narrow(TypeOf(fmt), f.data() + at, n, h.data() + at);
         std::vector<float> back(f.size(), -7.0f);
-        Kernels().widen(fmt.type, h.data() + at, n, back.data() + at);
+        Kernels().widen(TypeOf(fmt), h.data() + at, n, back.data() + at);
         for (size_t i = 0; i < f.size(); ++i) {
           const bool inside = i >= at && i < at + n;
           ASSERT_EQ(h[i], inside ? whole[i] : 0xABCD)

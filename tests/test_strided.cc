@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "rownorm_case.h"
+#include "strided_tensor.h"
 #include "test_util.h"
 
 namespace nk_test {
@@ -18,40 +19,6 @@ namespace {
 
 class StridedTest : public IsaTest {};
 NK_INSTANTIATE_FOR_EACH_ISA(StridedTest);
-
-// A row-major tensor of rows x cols at a row stride of ld, alone in an exact-size
-// buffer; the elements between rows hold `gap`.
-struct Strided {
-  size_t rows, cols, ld;
-  Buffer buf;
-  Strided(size_t rows, size_t cols, size_t ld, size_t misalign, float gap)
-      : rows(rows), cols(cols), ld(ld), buf(rows == 0 ? 0 : (rows - 1) * ld + cols,
-                                           misalign) {
-    buf.Fill(gap);
-  }
-  float* data() { return buf.data(); }
-  void Set(const std::vector<float>& dense) {
-    for (size_t r = 0; r < rows; ++r) {
-      std::memcpy(data() + r * ld, dense.data() + r * cols, cols * sizeof(float));
-    }
-  }
-  std::vector<float> Dense() {
-    std::vector<float> out(rows * cols);
-    for (size_t r = 0; r < rows; ++r) {
-      std::memcpy(out.data() + r * cols, data() + r * ld, cols * sizeof(float));
-    }
-    return out;
-  }
-  // Whether every element between rows still holds `gap`.
-  bool GapsHold(float gap) {
-    for (size_t r = 0; r + 1 < rows; ++r) {
-      for (size_t i = cols; i < ld; ++i) {
-        if (!SameBits(buf[r * ld + i], gap)) return false;
-      }
-    }
-    return true;
-  }
-};
 
 nk_status CallStrided(Op op, size_t rows, size_t cols, const float* x, size_t ldx,
                       const float* res, size_t ldr, const float* gamma, const float* beta,

@@ -85,46 +85,62 @@ inline const bool kLargeBuffersReused = [] {
   return true;
 }();
 
-// A float buffer of exactly `n` elements that starts `misalign` floats past a
-// 64-byte boundary, so a sanitizer sees any access past either end (the floats before
-// it are poisoned: kernels that read whole lines around misaligned data must stay
-// inside the tensor).
-class Buffer {
+// What a buffer holds before anything is written, so that a missed write shows: NaN
+// (0xFFFF is a NaN of both half formats).
+template <typename T>
+T Unwritten();
+template <>
+inline float Unwritten<float>() {
+  return std::numeric_limits<float>::quiet_NaN();
+}
+template <>
+inline uint16_t Unwritten<uint16_t>() {
+  return 0xFFFF;
+}
+
+// A buffer of exactly `n` elements (float, or uint16_t for half tensors) that starts
+// `misalign` elements past a 64-byte boundary, so a sanitizer sees any access past
+// either end (the elements before it are poisoned: kernels that read whole lines
+// around misaligned data must stay inside the tensor).
+template <typename T>
+class ElementBuffer {
  public:
-  Buffer(size_t n, size_t misalign = 0) : n_(n) {
-    const size_t bytes = (n + misalign) * sizeof(float);
+  ElementBuffer(size_t n, size_t misalign = 0) : n_(n) {
+    const size_t bytes = (n + misalign) * sizeof(T);
     void* p = nullptr;
     if (posix_memalign(&p, 64, bytes == 0 ? 64 : bytes) != 0) throw std::bad_alloc();
-    raw_.reset(static_cast<float*>(p));
+    raw_.reset(static_cast<T*>(p));
     data_ = raw_.get() + misalign;
-    raw_.get_deleter().poisoned = misalign * sizeof(float);
-    PoisonForAsan(raw_.get(), misalign * sizeof(float), true);
-    Fill(std::numeric_limits<float>::quiet_NaN());
+    raw_.get_deleter().poisoned = misalign * sizeof(T);
+    PoisonForAsan(raw_.get(), misalign * sizeof(T), true);
+    Fill(Unwritten<T>());
   }
-  float* data() { return data_; }
-  const float* data() const { return data_; }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
   size_t size() const { return n_; }
-  float& operator[](size_t i) { return data_[i]; }
-  float operator[](size_t i) const { return data_[i]; }
-  void Fill(float v) {
+  T& operator[](size_t i) { return data_[i]; }
+  T operator[](size_t i) const { return data_[i]; }
+  void Fill(T v) {
     for (size_t i = 0; i < n_; ++i) data_[i] = v;
   }
-  void CopyFrom(const Buffer& other) {
-    std::memcpy(data_, other.data_, n_ * sizeof(float));
+  void CopyFrom(const ElementBuffer& other) {
+    std::memcpy(data_, other.data_, n_ * sizeof(T));
   }
 
  private:
   struct Free {
     size_t poisoned;  // bytes before the data
-    void operator()(float* p) const {
+    void operator()(T* p) const {
       PoisonForAsan(p, poisoned, false);
       free(p);
     }
   };
-  std::unique_ptr<float, Free> raw_;
-  float* data_;
+  std::unique_ptr<T, Free> raw_;
+  T* data_;
   size_t n_;
 };
+using Buffer = ElementBuffer<float>;
+using HalfBuffer = ElementBuffer<uint16_t>;
 
 // The seed of a test's data, printed by gtest on failure through SCOPED_TRACE.
 inline uint32_t Seed(size_t salt) { return static_cast<uint32_t>(0x6e4ef93bu ^ (salt * 2654435761u)); }

@@ -16,7 +16,8 @@ template <class T>
 nk_status RunRowNorm(RowNormJobT<T> job);
 
 // Runs a validated backward job; dgamma / dbeta ([cols] each) may be nullptr.
-nk_status RunRowNormBackward(RowGradJob job, float* dgamma, float* dbeta);
+template <class T>
+nk_status RunRowNormBackward(RowGradJobT<T> job, float* dgamma, float* dbeta);
 
 }  // namespace nk
 

@@ -77,43 +77,45 @@ nk_status RowNormForward(const char* function, bool center, bool fused, size_t r
 }
 
 // All four backwards: x (the fused forms' sum), dy, [dsum], mean, rstd/rrms, gamma ->
-// dx, [dgamma], [dbeta].
+// dx, [dgamma], [dbeta], for tensors of T.
+template <class T>
 nk_status RowNormBackward(const char* function, bool center, bool fused, size_t rows,
-                          size_t cols, Rows<> x, Rows<> dy, Rows<> dsum, const float* mean,
-                          const float* rstd, const float* gamma, Rows<> dx, float* dgamma,
-                          float* dbeta) {
+                          size_t cols, Rows<T> x, Rows<T> dy, Rows<T> dsum,
+                          const float* mean, const float* rstd, const float* gamma,
+                          Rows<T> dx, float* dgamma, float* dbeta) {
   const char* x_name = fused ? "sum" : "x";
   const char* rstd_name = center ? "rstd" : "rrms";
   size_t elements = 0;
   Validator v(function);
   v.NonZero(cols, "cols", "a row must have at least one element")
       .Product(rows, "rows", cols, "cols", sizeof(float), &elements)
-      .RowStride(x.ld, fused ? "lds" : "ldx", rows, cols, sizeof(float))
-      .RowStride(dy.ld, "lddy", rows, cols, sizeof(float));
-  if (dsum.data != nullptr) v.RowStride(dsum.ld, "ldds", rows, cols, sizeof(float));
-  v.RowStride(dx.ld, "lddx", rows, cols, sizeof(float));
+      .RowStride(x.ld, fused ? "lds" : "ldx", rows, cols, sizeof(T))
+      .RowStride(dy.ld, "lddy", rows, cols, sizeof(T));
+  if (dsum.data != nullptr) v.RowStride(dsum.ld, "ldds", rows, cols, sizeof(T));
+  v.RowStride(dx.ld, "lddx", rows, cols, sizeof(T));
   if (v.failed()) return v.status();
   if (rows == 0) return NK_OK;
   v.NotNull(x.data, x_name).NotNull(dy.data, "dy");
   if (center) v.NotNull(mean, "mean");
   v.NotNull(rstd, rstd_name).NotNull(dx.data, "dx");
-  const size_t row_bytes = cols * sizeof(float);  // a row, and gamma / dgamma / dbeta
+  const size_t row_bytes = cols * sizeof(T);
+  const size_t param_bytes = cols * sizeof(float);  // gamma, dgamma, dbeta
   const size_t stat_bytes = rows * sizeof(float);
-  const auto tensor = [&](const char* name, Rows<> t, bool output) {
-    return Buffer{name, t.data, row_bytes, output, rows, t.ld * sizeof(float)};
+  const auto tensor = [&](const char* name, Rows<T> t, bool output) {
+    return Buffer{name, t.data, row_bytes, output, rows, t.ld * sizeof(T)};
   };
   v.NoOverlap({tensor(x_name, x, false),
                tensor("dy", dy, false),
                tensor("dsum", dsum, false),
                {"mean", center ? mean : nullptr, stat_bytes, false},
                {rstd_name, rstd, stat_bytes, false},
-               {"gamma", gamma, row_bytes, false},
+               {"gamma", gamma, param_bytes, false},
                tensor("dx", dx, true),
-               {"dgamma", dgamma, row_bytes, true},
-               {"dbeta", dbeta, row_bytes, true}},
+               {"dgamma", dgamma, param_bytes, true},
+               {"dbeta", dbeta, param_bytes, true}},
               {{"dx", "dy"}, {"dx", "dsum"}});
   if (v.failed()) return v.status();
-  RowGradJob job = {};
+  RowGradJobT<T> job = {};
   job.function = function;
   job.center = center;
   job.rows = rows;
@@ -124,7 +126,7 @@ nk_status RowNormBackward(const char* function, bool center, bool fused, size_t 
   job.mean = mean;
   job.rstd = rstd;
   job.gamma = gamma;
-  job.dx = const_cast<float*>(dx.data);
+  job.dx = const_cast<T*>(dx.data);
   job.ldx = x.ld;
   job.lddy = dy.ld;
   job.ldds = dsum.ld;
@@ -220,71 +222,81 @@ NK_ROWNORM_FORWARDS(bf16, nk_bf16, hwy::bfloat16_t)
 NK_ROWNORM_FORWARDS(f16, nk_f16, hwy::float16_t)
 #undef NK_ROWNORM_FORWARDS
 
-nk_status nk_layernorm_backward_f32(size_t rows, size_t cols, const float* x,
-                                    const float* dy, const float* mean, const float* rstd,
-                                    const float* gamma, float* dx, float* dgamma,
-                                    float* dbeta) {
-  return nk::RowNormBackward(__func__, true, false, rows, cols, {x, cols}, {dy, cols}, {},
-                             mean, rstd, gamma, {dx, cols}, dgamma, dbeta);
-}
+// The four backwards and their row-strided forms, as NK_ROWNORM_FORWARDS.
+#define NK_ROWNORM_BACKWARDS(SUFFIX, CTYPE, ELEM)                                        \
+  nk_status nk_layernorm_backward_##SUFFIX(                                              \
+      size_t rows, size_t cols, const CTYPE* x, const CTYPE* dy, const float* mean,      \
+      const float* rstd, const float* gamma, CTYPE* dx, float* dgamma, float* dbeta) {   \
+    return nk::RowNormBackward<ELEM>(__func__, true, false, rows, cols,                  \
+                                     {nk::As<ELEM>(x), cols}, {nk::As<ELEM>(dy), cols},  \
+                                     {}, mean, rstd, gamma, {nk::As<ELEM>(dx), cols},    \
+                                     dgamma, dbeta);                                     \
+  }                                                                                      \
+  nk_status nk_rmsnorm_backward_##SUFFIX(size_t rows, size_t cols, const CTYPE* x,       \
+                                         const CTYPE* dy, const float* rrms,             \
+                                         const float* gamma, CTYPE* dx, float* dgamma) { \
+    return nk::RowNormBackward<ELEM>(__func__, false, false, rows, cols,                 \
+                                     {nk::As<ELEM>(x), cols}, {nk::As<ELEM>(dy), cols},  \
+                                     {}, nullptr, rrms, gamma, {nk::As<ELEM>(dx), cols}, \
+                                     dgamma, nullptr);                                   \
+  }                                                                                      \
+  nk_status nk_add_layernorm_backward_##SUFFIX(                                          \
+      size_t rows, size_t cols, const CTYPE* sum, const CTYPE* dy, const CTYPE* dsum,    \
+      const float* mean, const float* rstd, const float* gamma, CTYPE* dx,               \
+      float* dgamma, float* dbeta) {                                                     \
+    return nk::RowNormBackward<ELEM>(                                                    \
+        __func__, true, true, rows, cols, {nk::As<ELEM>(sum), cols},                     \
+        {nk::As<ELEM>(dy), cols}, {nk::As<ELEM>(dsum), cols}, mean, rstd, gamma,         \
+        {nk::As<ELEM>(dx), cols}, dgamma, dbeta);                                        \
+  }                                                                                      \
+  nk_status nk_add_rmsnorm_backward_##SUFFIX(                                            \
+      size_t rows, size_t cols, const CTYPE* sum, const CTYPE* dy, const CTYPE* dsum,    \
+      const float* rrms, const float* gamma, CTYPE* dx, float* dgamma) {                 \
+    return nk::RowNormBackward<ELEM>(                                                    \
+        __func__, false, true, rows, cols, {nk::As<ELEM>(sum), cols},                    \
+        {nk::As<ELEM>(dy), cols}, {nk::As<ELEM>(dsum), cols}, nullptr, rrms, gamma,      \
+        {nk::As<ELEM>(dx), cols}, dgamma, nullptr);                                      \
+  }                                                                                      \
+  nk_status nk_layernorm_backward_strided_##SUFFIX(                                      \
+      size_t rows, size_t cols, const CTYPE* x, size_t ldx, const CTYPE* dy,             \
+      size_t lddy, const float* mean, const float* rstd, const float* gamma, CTYPE* dx,  \
+      size_t lddx, float* dgamma, float* dbeta) {                                        \
+    return nk::RowNormBackward<ELEM>(__func__, true, false, rows, cols,                  \
+                                     {nk::As<ELEM>(x), ldx}, {nk::As<ELEM>(dy), lddy},   \
+                                     {}, mean, rstd, gamma, {nk::As<ELEM>(dx), lddx},    \
+                                     dgamma, dbeta);                                     \
+  }                                                                                      \
+  nk_status nk_rmsnorm_backward_strided_##SUFFIX(                                        \
+      size_t rows, size_t cols, const CTYPE* x, size_t ldx, const CTYPE* dy,             \
+      size_t lddy, const float* rrms, const float* gamma, CTYPE* dx, size_t lddx,        \
+      float* dgamma) {                                                                   \
+    return nk::RowNormBackward<ELEM>(__func__, false, false, rows, cols,                 \
+                                     {nk::As<ELEM>(x), ldx}, {nk::As<ELEM>(dy), lddy},   \
+                                     {}, nullptr, rrms, gamma, {nk::As<ELEM>(dx), lddx}, \
+                                     dgamma, nullptr);                                   \
+  }                                                                                      \
+  nk_status nk_add_layernorm_backward_strided_##SUFFIX(                                  \
+      size_t rows, size_t cols, const CTYPE* sum, size_t lds, const CTYPE* dy,           \
+      size_t lddy, const CTYPE* dsum, size_t ldds, const float* mean, const float* rstd,  \
+      const float* gamma, CTYPE* dx, size_t lddx, float* dgamma, float* dbeta) {         \
+    return nk::RowNormBackward<ELEM>(                                                    \
+        __func__, true, true, rows, cols, {nk::As<ELEM>(sum), lds},                      \
+        {nk::As<ELEM>(dy), lddy}, {nk::As<ELEM>(dsum), ldds}, mean, rstd, gamma,         \
+        {nk::As<ELEM>(dx), lddx}, dgamma, dbeta);                                        \
+  }                                                                                      \
+  nk_status nk_add_rmsnorm_backward_strided_##SUFFIX(                                    \
+      size_t rows, size_t cols, const CTYPE* sum, size_t lds, const CTYPE* dy,           \
+      size_t lddy, const CTYPE* dsum, size_t ldds, const float* rrms,                    \
+      const float* gamma, CTYPE* dx, size_t lddx, float* dgamma) {                       \
+    return nk::RowNormBackward<ELEM>(                                                    \
+        __func__, false, true, rows, cols, {nk::As<ELEM>(sum), lds},                     \
+        {nk::As<ELEM>(dy), lddy}, {nk::As<ELEM>(dsum), ldds}, nullptr, rrms, gamma,      \
+        {nk::As<ELEM>(dx), lddx}, dgamma, nullptr);                                      \
+  }
 
-nk_status nk_rmsnorm_backward_f32(size_t rows, size_t cols, const float* x,
-                                  const float* dy, const float* rrms, const float* gamma,
-                                  float* dx, float* dgamma) {
-  return nk::RowNormBackward(__func__, false, false, rows, cols, {x, cols}, {dy, cols},
-                             {}, nullptr, rrms, gamma, {dx, cols}, dgamma, nullptr);
-}
-
-nk_status nk_add_layernorm_backward_f32(size_t rows, size_t cols, const float* sum,
-                                        const float* dy, const float* dsum,
-                                        const float* mean, const float* rstd,
-                                        const float* gamma, float* dx, float* dgamma,
-                                        float* dbeta) {
-  return nk::RowNormBackward(__func__, true, true, rows, cols, {sum, cols}, {dy, cols},
-                             {dsum, cols}, mean, rstd, gamma, {dx, cols}, dgamma, dbeta);
-}
-
-nk_status nk_add_rmsnorm_backward_f32(size_t rows, size_t cols, const float* sum,
-                                      const float* dy, const float* dsum,
-                                      const float* rrms, const float* gamma, float* dx,
-                                      float* dgamma) {
-  return nk::RowNormBackward(__func__, false, true, rows, cols, {sum, cols}, {dy, cols},
-                             {dsum, cols}, nullptr, rrms, gamma, {dx, cols}, dgamma,
-                             nullptr);
-}
-
-nk_status nk_layernorm_backward_strided_f32(size_t rows, size_t cols, const float* x,
-                                            size_t ldx, const float* dy, size_t lddy,
-                                            const float* mean, const float* rstd,
-                                            const float* gamma, float* dx, size_t lddx,
-                                            float* dgamma, float* dbeta) {
-  return nk::RowNormBackward(__func__, true, false, rows, cols, {x, ldx}, {dy, lddy}, {},
-                             mean, rstd, gamma, {dx, lddx}, dgamma, dbeta);
-}
-
-nk_status nk_rmsnorm_backward_strided_f32(size_t rows, size_t cols, const float* x,
-                                          size_t ldx, const float* dy, size_t lddy,
-                                          const float* rrms, const float* gamma,
-                                          float* dx, size_t lddx, float* dgamma) {
-  return nk::RowNormBackward(__func__, false, false, rows, cols, {x, ldx}, {dy, lddy},
-                             {}, nullptr, rrms, gamma, {dx, lddx}, dgamma, nullptr);
-}
-
-nk_status nk_add_layernorm_backward_strided_f32(
-    size_t rows, size_t cols, const float* sum, size_t lds, const float* dy, size_t lddy,
-    const float* dsum, size_t ldds, const float* mean, const float* rstd,
-    const float* gamma, float* dx, size_t lddx, float* dgamma, float* dbeta) {
-  return nk::RowNormBackward(__func__, true, true, rows, cols, {sum, lds}, {dy, lddy},
-                             {dsum, ldds}, mean, rstd, gamma, {dx, lddx}, dgamma, dbeta);
-}
-
-nk_status nk_add_rmsnorm_backward_strided_f32(
-    size_t rows, size_t cols, const float* sum, size_t lds, const float* dy, size_t lddy,
-    const float* dsum, size_t ldds, const float* rrms, const float* gamma, float* dx,
-    size_t lddx, float* dgamma) {
-  return nk::RowNormBackward(__func__, false, true, rows, cols, {sum, lds}, {dy, lddy},
-                             {dsum, ldds}, nullptr, rrms, gamma, {dx, lddx}, dgamma,
-                             nullptr);
-}
+NK_ROWNORM_BACKWARDS(f32, float, float)
+NK_ROWNORM_BACKWARDS(bf16, nk_bf16, hwy::bfloat16_t)
+NK_ROWNORM_BACKWARDS(f16, nk_f16, hwy::float16_t)
+#undef NK_ROWNORM_BACKWARDS
 
 }  // extern "C"

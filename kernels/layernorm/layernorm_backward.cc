@@ -43,12 +43,13 @@ void MergeParts(int threads, float* partial, size_t parts, size_t cols, float* o
 
 }  // namespace
 
-nk_status RunRowNormBackward(RowGradJob job, float* dgamma, float* dbeta) {
-  const RowGradKernels& k = RowGradKernelsFor(CurrentTarget());
+template <class T>
+nk_status RunRowNormBackward(RowGradJobT<T> job, float* dgamma, float* dbeta) {
+  const RowGradKernelsT<T>& k = RowGradKernelsFor<T>(CurrentTarget());
   const size_t rows = job.rows, cols = job.cols;
   const size_t elements = rows * cols;
   const size_t tensors = 3 + (job.dsum != nullptr);  // x, dy, dx (+ dsum)
-  job.stream = tensors * elements * sizeof(float) >= kStreamBytes;
+  job.stream = tensors * elements * sizeof(T) >= kStreamBytes;
   const size_t part_rows = PartRows(rows);
   const size_t parts = (rows + part_rows - 1) / part_rows;
   const size_t chunks = NumChunks(cols);
@@ -109,5 +110,12 @@ nk_status RunRowNormBackward(RowGradJob job, float* dgamma, float* dbeta) {
   }
   return NK_OK;
 }
+
+template nk_status RunRowNormBackward(RowGradJobT<float> job, float* dgamma,
+                                      float* dbeta);
+template nk_status RunRowNormBackward(RowGradJobT<hwy::bfloat16_t> job, float* dgamma,
+                                      float* dbeta);
+template nk_status RunRowNormBackward(RowGradJobT<hwy::float16_t> job, float* dgamma,
+                                      float* dbeta);
 
 }  // namespace nk

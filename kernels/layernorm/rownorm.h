@@ -35,22 +35,24 @@ struct RowNormJobT {
 };
 using RowNormJob = RowNormJobT<float>;
 
-// One validated backward call. Row r of x (the fused forms' saved sum) is at
-// x + r * ldx, likewise dy, dsum and dx; dx may be dy or dsum.
-struct RowGradJob {
+// One validated backward call on tensors of type T. Row r of x (the fused forms' saved
+// sum) is at x + r * ldx, likewise dy, dsum and dx; dx may be dy or dsum.
+template <class T>
+struct RowGradJobT {
   const char* function;
   bool center;              // LayerNorm; false: RMSNorm (mean is not read)
   size_t rows, cols;
-  const float* x;           // x, or the fused forms' saved sum
-  const float* dy;
-  const float* dsum;        // fused forms: added to dx, or nullptr
+  const T* x;               // x, or the fused forms' saved sum
+  const T* dy;
+  const T* dsum;            // fused forms: added to dx, or nullptr
   const float* mean;        // [rows]
   const float* rstd;        // [rows], rrms for RMSNorm
   const float* gamma;       // [cols], never nullptr (ones where the caller gave none)
-  float* dx;
+  T* dx;
   size_t ldx, lddy, ldds, lddx;  // row strides (elements)
   bool stream;              // write dx with non-temporal stores
 };
+using RowGradJob = RowGradJobT<float>;
 
 // What one Highway target provides for the forward of tensors of type T. The op layer
 // (layernorm.cc) partitions the work and calls these; every function is thread-safe on
@@ -73,17 +75,19 @@ struct RowNormKernelsT {
 };
 using RowNormKernels = RowNormKernelsT<float>;
 
-// The backward (fp32).
-struct RowGradKernels {
+// The same for the backward.
+template <class T>
+struct RowGradKernelsT {
   // GradSums of elements [c0, c0 + n) of a row (rows longer than kChunk).
-  GradSums (*grad_sums)(const RowGradJob& job, size_t row, size_t c0, size_t n);
+  GradSums (*grad_sums)(const RowGradJobT<T>& job, size_t row, size_t c0, size_t n);
   // dx of rows [r0, r1) over columns [c0, c0 + n), and the sums over those rows, in
   // row order, of dy * x_hat and dy into dgamma[0, n) and dbeta[0, n) (overwritten).
   // `sums` holds each row's GradSums over all columns (indexed by row), or is nullptr
   // where n == cols and they are taken here.
-  void (*grad_rows)(const RowGradJob& job, size_t r0, size_t r1, size_t c0, size_t n,
-                    const GradSums* sums, float* dgamma, float* dbeta);
+  void (*grad_rows)(const RowGradJobT<T>& job, size_t r0, size_t r1, size_t c0,
+                    size_t n, const GradSums* sums, float* dgamma, float* dbeta);
 };
+using RowGradKernels = RowGradKernelsT<float>;
 
 // The tables of `target` (a single HWY_* bit that this library compiled), defined by
 // rownorm_{f32,bf16,f16}.cc.
@@ -97,7 +101,16 @@ const RowNormKernelsT<hwy::bfloat16_t>& RowNormKernelsFor<hwy::bfloat16_t>(
 template <>
 const RowNormKernelsT<hwy::float16_t>& RowNormKernelsFor<hwy::float16_t>(
     long long target);
-const RowGradKernels& RowGradKernelsFor(long long target);
+template <class T>
+const RowGradKernelsT<T>& RowGradKernelsFor(long long target);
+template <>
+const RowGradKernelsT<float>& RowGradKernelsFor<float>(long long target);
+template <>
+const RowGradKernelsT<hwy::bfloat16_t>& RowGradKernelsFor<hwy::bfloat16_t>(
+    long long target);
+template <>
+const RowGradKernelsT<hwy::float16_t>& RowGradKernelsFor<hwy::float16_t>(
+    long long target);
 
 }  // namespace nk
 

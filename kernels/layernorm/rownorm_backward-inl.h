@@ -26,28 +26,28 @@ namespace nk {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// What the backward reads of one row: x_hat and a at element i.
-template <bool kCenter>
+// What the backward reads of one row (tensors of T, widened): x_hat and a at element i.
+template <bool kCenter, class T>
 struct GradRow {
-  const float* x;
-  const float* dy;
+  const T* x;
+  const T* dy;
   const float* gamma;
   float mean, rstd;
 
   template <class D>
   HWY_INLINE hn::Vec<D> XHat(D d, size_t i) const {
-    hn::Vec<D> v = hn::LoadU(d, x + i);
+    hn::Vec<D> v = LoadElems(d, x + i);
     if (kCenter) v = hn::Sub(v, hn::Set(d, mean));
     return hn::Mul(v, hn::Set(d, rstd));
   }
   template <class D>
   HWY_INLINE hn::Vec<D> A(D d, size_t i) const {
-    return hn::Mul(hn::LoadU(d, gamma + i), hn::LoadU(d, dy + i));
+    return hn::Mul(hn::LoadU(d, gamma + i), LoadElems(d, dy + i));
   }
 };
 
-template <bool kCenter>
-HWY_INLINE GradRow<kCenter> GradRowOf(const RowGradJob& job, size_t r) {
+template <bool kCenter, class T>
+HWY_INLINE GradRow<kCenter, T> GradRowOf(const RowGradJobT<T>& job, size_t r) {
   return {job.x + r * job.ldx, job.dy + r * job.lddy, job.gamma,
           kCenter ? job.mean[r] : 0.0f, job.rstd[r]};
 }
@@ -57,8 +57,8 @@ HWY_INLINE GradRow<kCenter> GradRowOf(const RowGradJob& job, size_t r) {
 // block, then the last elements (fewer than a vector) one by one. `ahead` (bytes, 0
 // for none): the lines of x and dy asked for that far ahead, for rows from memory.
 // (Taking a group's rows block by block side by side was no faster: 4 MiB, 1 thread.)
-template <bool kCenter>
-HWY_INLINE GradSums RowGradSums(const GradRow<kCenter>& row, size_t c0, size_t n,
+template <bool kCenter, class T>
+HWY_INLINE GradSums RowGradSums(const GradRow<kCenter, T>& row, size_t c0, size_t n,
                                 size_t ahead) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
@@ -69,7 +69,7 @@ HWY_INLINE GradSums RowGradSums(const GradRow<kCenter>& row, size_t c0, size_t n
   size_t i = c0;
   for (; i + block <= end; i += block) {
     if (ahead != 0) {
-      for (size_t k = 0; k < block; k += kLineFloats) {
+      for (size_t k = 0; k < block; k += kLineElems<T>) {
         hwy::Prefetch(reinterpret_cast<const char*>(row.x + i + k) + ahead);
         hwy::Prefetch(reinterpret_cast<const char*>(row.dy + i + k) + ahead);
       }
@@ -110,17 +110,17 @@ constexpr size_t kGradGroupRows = 4;
 // sums; with kParams, dy * x_hat and dy of each row added in row order to dgamma[0, n)
 // and dbeta[0, n) (started from 0 where `first`). Every element is computed once: dx
 // may be dy or dsum.
-template <bool kCenter, bool kParams, bool kDsum, size_t kRows>
-HWY_INLINE void GradGroup(const RowGradJob& job, size_t r, size_t c0, size_t n,
+template <bool kCenter, bool kParams, bool kDsum, size_t kRows, class T>
+HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t n,
                           const GradSums* sums, bool first, float* dgamma,
                           float* dbeta, size_t next_end) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const float inv_cols = 1.0f / static_cast<float>(job.cols);
-  GradRow<kCenter> row[kRows];
+  GradRow<kCenter, T> row[kRows];
   float k1[kRows], k2[kRows];  // dx = rstd * a + (x_hat * k2 + k1)
-  const float* dsum[kRows];
-  float* dx[kRows];
+  const T* dsum[kRows];
+  T* dx[kRows];
   for (size_t k = 0; k < kRows; ++k) {
     row[k] = GradRowOf<kCenter>(job, r + k);
     const float rstd = row[k].rstd;
@@ -144,9 +144,9 @@ HWY_INLINE void GradGroup(const RowGradJob& job, size_t r, size_t c0, size_t n,
     VV dy[kRows], xhat[kRows], ds[kRows];
     HWY_UNROLL(4)
     for (size_t k = 0; k < kRows; ++k) {
-      dy[k] = hn::LoadU(dv, row[k].dy + i);
+      dy[k] = LoadElems(dv, row[k].dy + i);
       xhat[k] = row[k].XHat(dv, i);
-      if (kDsum) ds[k] = hn::LoadU(dv, dsum[k] + i);
+      if (kDsum) ds[k] = LoadElems(dv, dsum[k] + i);
     }
     HWY_UNROLL(4)
     for (size_t k = 0; k < kRows; ++k) {
@@ -164,7 +164,7 @@ HWY_INLINE void GradGroup(const RowGradJob& job, size_t r, size_t c0, size_t n,
       hn::StoreU(db, dv, dbeta + i - c0);
     }
   };
-  const auto store_u = [](auto dv, auto v, float* p) HWY_ATTR { hn::StoreU(v, dv, p); };
+  const auto store_u = [](auto dv, auto v, T* p) HWY_ATTR { StoreElems(v, dv, p); };
   const auto each = [&](size_t begin, size_t end) HWY_ATTR {
     ForEachVector(d, begin, end,
                   [&](auto dv, size_t i) HWY_ATTR { column(dv, i, store_u); });
@@ -174,15 +174,15 @@ HWY_INLINE void GradGroup(const RowGradJob& job, size_t r, size_t c0, size_t n,
   // StreamLead says (as the forwards' NormalizeGroup), while the next rows' x and dy
   // (up to row next_end) are asked for.
   const uintptr_t dx_addr = reinterpret_cast<uintptr_t>(dx[0] + c0);
-  if (job.stream && n >= 2 * kLineFloats && dx_addr % sizeof(float) == 0 &&
-      job.lddx % kLineFloats == 0) {
+  if (job.stream && n >= 2 * kLineElems<T> && dx_addr % sizeof(T) == 0 &&
+      job.lddx % kLineElems<T> == 0) {
     const size_t unit = StreamUnit(d, dx[0] + c0);
     const size_t lead = c0 + StreamLead(d, dx[0] + c0);
     const size_t lines_end = lead + (end - lead) / unit * unit;
     each(c0, lead);
-    const auto stream = [](auto dv, auto v, float* p) HWY_ATTR { hn::Stream(v, dv, p); };
+    const auto stream = [](auto dv, auto v, T* p) HWY_ATTR { StreamElems(v, dv, p); };
     for (size_t i = lead; i < lines_end; i += N) {
-      if (i % kLineFloats < N) {
+      if (i % kLineElems<T> < N) {
         for (size_t q = r + kRows; q < next_end; ++q) {
           hwy::Prefetch(job.x + q * job.ldx + i);
           hwy::Prefetch(job.dy + q * job.lddy + i);
@@ -200,7 +200,7 @@ HWY_INLINE void GradGroup(const RowGradJob& job, size_t r, size_t c0, size_t n,
   each(c0, c0 + head);
   size_t i = c0 + head;
   for (; i + N <= end; i += N) {
-    if (i % kLineFloats < N) {
+    if (i % kLineElems<T> < N) {
       for (size_t k = 0; k < kRows; ++k) {
         hwy::Prefetch(reinterpret_cast<const char*>(dx[k] + i) + kWriteAheadBytes);
       }
@@ -212,8 +212,8 @@ HWY_INLINE void GradGroup(const RowGradJob& job, size_t r, size_t c0, size_t n,
 
 // Calls fn(center, params, dsum) with std::integral_constant<bool> arguments for the
 // job's variant (params: dgamma / dbeta wanted): one branch per call, none in the loops.
-template <class Fn>
-HWY_INLINE void VisitGradVariant(const RowGradJob& job, bool params, const Fn& fn) {
+template <class Job, class Fn>
+HWY_INLINE void VisitGradVariant(const Job& job, bool params, const Fn& fn) {
   using T = std::true_type;
   using F = std::false_type;
   const bool dsum = job.dsum != nullptr;
@@ -227,8 +227,8 @@ HWY_INLINE void VisitGradVariant(const RowGradJob& job, bool params, const Fn& f
 
 // grad_rows of the kernel table for one variant: groups of kGradGroupRows rows, then
 // the rest one by one; each group's sums first (here, or given), then its dx.
-template <bool kCenter, bool kParams, bool kDsum>
-void GradRowsT(const RowGradJob& job, size_t r0, size_t r1, size_t c0, size_t n,
+template <bool kCenter, bool kParams, bool kDsum, class T>
+void GradRowsT(const RowGradJobT<T>& job, size_t r0, size_t r1, size_t c0, size_t n,
                const GradSums* sums, float* dgamma, float* dbeta) {
   const size_t ahead = job.stream ? kReadAheadBytes : 0;
   const auto sums_of = [&](size_t r, auto& out) {
@@ -256,10 +256,29 @@ void GradRowsT(const RowGradJob& job, size_t r0, size_t r1, size_t c0, size_t n,
   }
 }
 
-// The kernel table's two backward functions of this target (rownorm_f32.cc).
-GradSums RowGradChunkSums(const RowGradJob& job, size_t row, size_t c0, size_t n);
-void GradRows(const RowGradJob& job, size_t r0, size_t r1, size_t c0, size_t n,
-              const GradSums* sums, float* dgamma, float* dbeta);
+// The kernel table's two backward functions (rownorm.h) for tensors of type T.
+template <class T>
+GradSums RowGradChunkSums(const RowGradJobT<T>& job, size_t row, size_t c0, size_t n) {
+  const size_t ahead = job.stream ? kReadAheadBytes : kCacheAheadBytes;
+  return job.center ? RowGradSums<true>(GradRowOf<true>(job, row), c0, n, ahead)
+                    : RowGradSums<false>(GradRowOf<false>(job, row), c0, n, ahead);
+}
+
+template <class T>
+void GradRows(const RowGradJobT<T>& job, size_t r0, size_t r1, size_t c0, size_t n,
+              const GradSums* sums, float* dgamma, float* dbeta) {
+  VisitGradVariant(job, dgamma != nullptr, [&](auto center, auto params, auto dsum)
+                                               HWY_ATTR {
+    GradRowsT<decltype(center)::value, decltype(params)::value, decltype(dsum)::value>(
+        job, r0, r1, c0, n, sums, dgamma, dbeta);
+  });
+  if (job.stream) hwy::FlushStream();
+}
+
+template <class T>
+constexpr RowGradKernelsT<T> RowGradTable() {
+  return {&RowGradChunkSums<T>, &GradRows<T>};
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace nk

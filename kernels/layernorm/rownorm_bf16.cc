@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// rownorm_bf16.cc: the bfloat16 LayerNorm-family forward table, compiled once per Highway
-// target: the row path of rownorm-inl.h and the register path for short rows
-// (shortrow-inl.h) on bfloat16 tensors (half-inl.h widens and rounds).
+// rownorm_bf16.cc: the bfloat16 LayerNorm-family kernel tables, forward and backward,
+// compiled once per Highway target: the row paths of rownorm-inl.h, shortrow-inl.h
+// (short rows) and rownorm_backward-inl.h on bfloat16 tensors (half-inl.h widens and
+// rounds).
 #include "kernels/layernorm/rownorm.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -9,6 +10,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "kernels/common/dispatch.h"
+#include "kernels/layernorm/rownorm_backward-inl.h"
 #include "kernels/layernorm/shortrow-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -22,6 +24,7 @@ template bool NormalizeShortRows<false, Elem>(const RowNormJobT<Elem>& job, size
                                               size_t r1);
 
 extern const RowNormKernelsT<Elem> kRowNormKernels_bf16 = RowNormTable<Elem>();
+extern const RowGradKernelsT<Elem> kRowGradKernels_bf16 = RowGradTable<Elem>();
 
 }  // namespace HWY_NAMESPACE
 }  // namespace nk
@@ -34,6 +37,12 @@ template <>
 const RowNormKernelsT<hwy::bfloat16_t>& RowNormKernelsFor<hwy::bfloat16_t>(long long target) {
   NK_SELECT_TARGET(target, kRowNormKernels_bf16);
   return HWY_STATIC_DISPATCH(kRowNormKernels_bf16);
+}
+
+template <>
+const RowGradKernelsT<hwy::bfloat16_t>& RowGradKernelsFor<hwy::bfloat16_t>(long long target) {
+  NK_SELECT_TARGET(target, kRowGradKernels_bf16);
+  return HWY_STATIC_DISPATCH(kRowGradKernels_bf16);
 }
 
 }  // namespace nk

@@ -16,24 +16,8 @@ HWY_BEFORE_NAMESPACE();
 namespace nk {
 namespace HWY_NAMESPACE {
 
-GradSums RowGradChunkSums(const RowGradJob& job, size_t row, size_t c0, size_t n) {
-  const size_t ahead = job.stream ? kReadAheadBytes : kCacheAheadBytes;
-  return job.center ? RowGradSums<true>(GradRowOf<true>(job, row), c0, n, ahead)
-                    : RowGradSums<false>(GradRowOf<false>(job, row), c0, n, ahead);
-}
-
-void GradRows(const RowGradJob& job, size_t r0, size_t r1, size_t c0, size_t n,
-              const GradSums* sums, float* dgamma, float* dbeta) {
-  VisitGradVariant(job, dgamma != nullptr, [&](auto center, auto params, auto dsum)
-                                               HWY_ATTR {
-    GradRowsT<decltype(center)::value, decltype(params)::value, decltype(dsum)::value>(
-        job, r0, r1, c0, n, sums, dgamma, dbeta);
-  });
-  if (job.stream) hwy::FlushStream();
-}
-
 extern const RowNormKernels kRowNormKernels = RowNormTable<float>();
-extern const RowGradKernels kRowGradKernels = {&RowGradChunkSums, &GradRows};
+extern const RowGradKernels kRowGradKernels = RowGradTable<float>();
 
 }  // namespace HWY_NAMESPACE
 }  // namespace nk
@@ -48,7 +32,8 @@ const RowNormKernels& RowNormKernelsFor<float>(long long target) {
   return HWY_STATIC_DISPATCH(kRowNormKernels);
 }
 
-const RowGradKernels& RowGradKernelsFor(long long target) {
+template <>
+const RowGradKernels& RowGradKernelsFor<float>(long long target) {
   NK_SELECT_TARGET(target, kRowGradKernels);
   return HWY_STATIC_DISPATCH(kRowGradKernels);
 }

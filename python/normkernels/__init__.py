@@ -5,8 +5,10 @@
 Arrays are float32; the LayerNorm family's forwards (layer_norm, rms_norm,
 add_layer_norm, add_rms_norm) also take float16 x and residual, giving float16 y and
 sum (computed in float32, each value rounded once to nearest even; the fused forms
-normalize the rounded sum), while gamma, beta and the statistics stay float32. The
-other functions have no half form yet and refuse float16. The LayerNorm family
+normalize the rounded sum), while gamma, beta and the statistics stay float32. Their
+backwards likewise take float16 dy, x (sum), dsum and out, giving float16 dx (the
+float32 backward's on the widened arrays, rounded once) and float32 dgamma and dbeta.
+The other functions have no half form yet and refuse float16. The LayerNorm family
 normalizes over the last axis, or over the trailing normalized_shape as
 torch.nn.functional.layer_norm (the leading axes are flattened into rows); its x,
 residual, out and sum_out may be row-strided views (a row's axes contiguous, the
@@ -228,7 +230,7 @@ def _row_kernels(kind, t):
 
 
 _FORWARDS = {t: _row_kernels("forward", t) for t in ("f32", "bf16", "f16")}
-_BACKWARDS = {"f32": _row_kernels("backward", "f32")}  # no half form yet
+_BACKWARDS = {t: _row_kernels("backward", t) for t in ("f32", "bf16", "f16")}
 _TYPES = {np.dtype(np.float32): "f32", np.dtype(np.float16): "f16"}  # NumPy has no bf16
 
 
@@ -309,6 +311,9 @@ def _required(a, name, what="the forward's saved statistic (return_stats=True)")
 
 
 _DY = "the gradient of the forward's y"
+# Whose dtype a backward's array must have, for the messages; {} is x or sum.
+_GRADIENT_DTYPE = "{0}'s: dy, {0}, dsum and out have one dtype"
+_STATISTICS = "the saved statistics are float32 with x of either dtype"
 
 
 def _flag(value, name):
@@ -321,7 +326,7 @@ def _statistics(a, name, lead, norm):
     """A saved statistic, required: one value per row, shaped as the forwards return it
     (x's leading axes) or with the normalized axes kept as 1s (torch.native_layer_norm's
     mean and rstd)."""
-    a = _array(_required(a, name), name)
+    a = _array(_required(a, name), name, whose=_STATISTICS)
     kept = lead + (1,) * len(norm)
     if a.shape != lead and a.shape != kept:
         raise ValueError(f"{name} has shape {a.shape}; expected {lead}, one value per "
@@ -333,29 +338,32 @@ def _backward(center, fused, dy, x, dsum, mean, rstd, gamma, out, param_grads, w
               normalized_shape):
     gamma = _alias(gamma, weight, "gamma", "weight")
     _flag(param_grads, "param_grads")
-    x, ldx, lead, norm, cols = _rows(x, "sum" if fused else "x", normalized_shape)
+    name = "sum" if fused else "x"
+    x, ldx, lead, norm, cols = _rows(x, name, normalized_shape, half=True)
     rows, k = x.size // cols, len(lead)
-    dy, lddy = _rows_like(_required(dy, "dy", _DY), "dy", x, k, cols)
-    dsum, ldds = _rows_like(dsum, "dsum", x, k, cols)
+    whose = _GRADIENT_DTYPE.format(name)
+    dy, lddy = _rows_like(_required(dy, "dy", _DY), "dy", x, k, cols, whose)
+    dsum, ldds = _rows_like(dsum, "dsum", x, k, cols, whose)
     mean = _statistics(mean, "mean", lead, norm) if center else None
     rstd = _statistics(rstd, "rstd" if center else "rrms", lead, norm)
-    gamma = _array(gamma, "gamma", norm)
-    dx, lddx = _row_output(out, x, "out", k, cols)
+    gamma = _array(gamma, "gamma", norm, whose=_PARAMETERS)
+    dx, lddx = _row_output(out, x, "out", k, cols, whose)
     # Sums over rows: with no row the library writes nothing, and they are 0.
     new = np.empty if rows else np.zeros
     dgamma = new(norm, np.float32) if param_grads else None
     dbeta = new(norm, np.float32) if param_grads and center else None
     p = _ptr if ldx == lddy == ldds == lddx == cols else _view_ptr
-    _backward_call("f32", center, fused, rows, cols, p(x), ldx, p(dy), lddy, p(dsum),
-                   ldds, _ptr(mean), _ptr(rstd), _ptr(gamma), p(dx), lddx, _ptr(dgamma),
-                   _ptr(dbeta))
+    _backward_call(_TYPES[x.dtype], center, fused, rows, cols, p(x), ldx, p(dy), lddy,
+                   p(dsum), ldds, _ptr(mean), _ptr(rstd), _ptr(gamma), p(dx), lddx,
+                   _ptr(dgamma), _ptr(dbeta))
     return (dx, dgamma, dbeta) if center else (dx, dgamma)
 
 
 def _backward_call(t, center, fused, rows, cols, x, ldx, dy, lddy, dsum, ldds, mean,
                    rstd, gamma, dx, lddx, dgamma, dbeta):
     """The library's backward of checked arguments, as _forward_call (x is the sum when
-    fused; without fused, dsum and ldds are not read); t is f32 only so far."""
+    fused; without fused, dsum and ldds are not read); mean, rstd, gamma, dgamma and
+    dbeta are float32 whatever t."""
     k = _BACKWARDS[t]
     if ldx == lddy == ldds == lddx == cols:
         if not fused and center:
@@ -392,7 +400,8 @@ def layer_norm_backward(dy, x, mean, rstd, gamma=None, *, out=None, param_grads=
     dgamma, dbeta: the gradients of gamma and beta (of ones and zeros when they were
     None), summed over rows; param_grads=False skips them (both returned as None).
     normalized_shape as in layer_norm. dy, x and out may be row-strided views; out
-    may be dy (in place)."""
+    may be dy (in place). dy, x and out are float32 or all float16 (dx the float32
+    backward's on the widened arrays, rounded once); the rest float32."""
     return _backward(True, False, dy, x, None, mean, rstd, gamma, out, param_grads,
                      weight, normalized_shape)
 

@@ -110,7 +110,8 @@ class HalfRefused(TypeError):
         function = function or _public_caller()
         super().__init__(f"{function}: half precision is not available for it yet "
                          f"({name} is float16); give float32 arrays (layer_norm, "
-                         "rms_norm, add_layer_norm and add_rms_norm take float16)")
+                         "rms_norm, add_layer_norm, add_rms_norm and their "
+                         "backwards take float16)")
         self.name = name
 
 

@@ -93,12 +93,11 @@ _SIGNATURES = {
                                                   _addr, ctypes.c_float, _addr,
                                                   _addr]),
 }
-# The LayerNorm family's half forwards (_bf16, _f16): the f32 forms' arguments, the
-# tensors (nk_bf16 / nk_f16 bit patterns) by address too.
+# The LayerNorm family's half forwards and backwards (_bf16, _f16): the f32 forms'
+# arguments, the tensors (nk_bf16 / nk_f16 bit patterns) by address too.
 _SIGNATURES.update({name[:-3] + half: _SIGNATURES[name] for name in list(_SIGNATURES)
-                    if name.startswith(("nk_layernorm_forward", "nk_rmsnorm_forward",
-                                        "nk_add_layernorm_forward",
-                                        "nk_add_rmsnorm_forward"))
+                    if name.startswith(("nk_layernorm_", "nk_rmsnorm_",
+                                        "nk_add_layernorm_", "nk_add_rmsnorm_"))
                     for half in ("bf16", "f16")})
 
 

@@ -1,9 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
-"""The LayerNorm family's forwards on float16 arrays: y against the float64 reference
+"""The LayerNorm family on float16 arrays. Forwards: y against the float64 reference
 on the widened input (the fused forms: on the rounded sum) rounded once to float16,
 equal except within design.md's bound of a rounding midpoint; the statistics the f32
-forwards' on the widened input, bitwise; the sum x + residual rounded once; views and
-in place; and what float16 is refused by."""
+forwards' on the widened input, bitwise; the sum x + residual rounded once. Backwards:
+dx the f32 backward's on the widened arrays rounded once (NumPy's float32 -> float16
+rounds to nearest even), dgamma and dbeta its bits. Views and in place; mixed dtypes,
+and what float16 is refused by."""
 import numpy as np
 import pytest
 
@@ -117,12 +119,7 @@ def test_mixed_dtypes_are_refused():
 def _float16_calls():
     """(name, call) of every function without a half form, given a float16 array."""
     h, x, c = halves((2, 3, 4), 1), data((2, 3, 4), 1), np.ones(3, np.float32)
-    r, s = halves((2, 4), 2), np.ones(2, np.float32)
     return [
-        ("layer_norm_backward", lambda: nk.layer_norm_backward(r, r, s, s)),
-        ("rms_norm_backward", lambda: nk.rms_norm_backward(r, r, s)),
-        ("add_layer_norm_backward", lambda: nk.add_layer_norm_backward(r, r, s, s)),
-        ("add_rms_norm_backward", lambda: nk.add_rms_norm_backward(r, r, s)),
         ("batch_norm", lambda: nk.batch_norm(h, training=True)),
         ("batch_norm_moments", lambda: nk.batch_norm_moments(h)),
         ("moments_merge", lambda: nk.moments_merge(1, c.astype(F16), c, 1, c, c)),
@@ -152,6 +149,124 @@ def test_functions_without_a_half_form_refuse_float16(name, fn):
 
 
 def test_every_function_without_a_half_form_is_checked():
-    halves_taken = set(NAMES) | {"isa", "available_isas", "set_isa", "num_threads",
-                                 "set_num_threads", "version", "NormKernelsError"}
+    halves_taken = set(NAMES) | {name + "_backward" for name in NAMES} | {
+        "isa", "available_isas", "set_isa", "num_threads", "set_num_threads", "version",
+        "NormKernelsError"}
     assert {name for name, _ in _float16_calls()} == set(nk.__all__) - halves_taken
+
+
+def bits(a):
+    """a's float16 or float32 bit patterns: equal only for the same values (-0 and 0
+    apart, NaNs by payload)."""
+    return a.view(np.uint16 if a.dtype == F16 else np.uint32)
+
+
+def stats_of(name, x, gamma, beta):
+    """The saved statistics of name's forward (unfused) on x, of x's dtype."""
+    out = call(name.removeprefix("add_"), x, None, gamma, beta, return_stats=True)
+    return out[1:]
+
+
+def backward(name, dy, x, stats, gamma, dsum=None, **kw):
+    """name's backward of the binding over the last axis."""
+    if name.startswith("add"):
+        kw["dsum"] = dsum
+    return getattr(nk, name + "_backward")(dy, x, *stats, gamma, **kw)
+
+
+def assert_f32_backward_rounded(got, name, dy, x, stats, gamma, dsum=None, **kw):
+    """got, name's float16 backward, against the f32 backward on the widened arrays: dx
+    rounded once to float16, dgamma (and dbeta) bitwise."""
+    def wide(a):
+        return None if a is None else a.astype(np.float32)
+    want = backward(name, wide(dy), wide(x), stats, gamma, wide(dsum), **kw)
+    assert got[0].dtype == F16 and got[0].shape == x.shape
+    np.testing.assert_array_equal(bits(got[0]), bits(want[0].astype(F16)))
+    for g, w in zip(got[1:], want[1:]):
+        assert (g is None) == (w is None)
+        if g is not None:
+            assert g.dtype == np.float32
+            np.testing.assert_array_equal(bits(g), bits(w))
+
+
+@pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("shape", [(1,), (7, 3), (2, 4, 33), (5, 768), (3, 4099)])
+def test_float16_backward_is_the_f32_rounded(each_isa, name, shape):
+    fused = name.startswith("add")
+    x = halves(shape, 1, offset=3.0)
+    gamma, beta = data(shape[-1:], 3), data(shape[-1:], 4)
+    stats = stats_of(name, x, gamma, beta)
+    dy, dsum = halves(shape, 5), halves(shape, 6) if fused else None
+    got = backward(name, dy, x, stats, gamma, dsum)
+    assert_f32_backward_rounded(got, name, dy, x, stats, gamma, dsum)
+    # without gamma (of ones), dsum or the parameters' gradients
+    got = backward(name, dy, x, stats, None, param_grads=False)
+    assert_f32_backward_rounded(got, name, dy, x, stats, None, param_grads=False)
+
+
+def test_float16_backward_over_a_normalized_shape():
+    x, dy = halves((3, 4, 5), 1), halves((3, 4, 5), 2)
+    gamma = data((4, 5), 3)
+    _, mean, rstd = nk.layer_norm(x, gamma, None, return_stats=True,
+                                  normalized_shape=(4, 5))
+    got = nk.layer_norm_backward(dy, x, mean, rstd, gamma, normalized_shape=(4, 5))
+    want = nk.layer_norm_backward(dy.astype(np.float32), x.astype(np.float32), mean,
+                                  rstd, gamma, normalized_shape=(4, 5))
+    np.testing.assert_array_equal(bits(got[0]), bits(want[0].astype(F16)))
+    np.testing.assert_array_equal(bits(got[1]), bits(want[1]))
+    np.testing.assert_array_equal(bits(got[2]), bits(want[2]))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_float16_backward_views_and_in_place(each_isa, name):
+    """Row-strided float16 dy, x, dsum and out give the contiguous call's bits, writing
+    nothing between out's rows; out=dy (and out=dsum) in place."""
+    fused = name.startswith("add")
+    gamma, beta = data((64,), 3), data((64,), 4)
+    x = halves((9, 200), 1)[:, 10:74]
+    stats = stats_of(name, x, gamma, beta)
+    dy = halves((9, 130), 5)[:, 1:65]
+    dsum = halves((9, 150), 6)[:, 3:67] if fused else None
+    want = backward(name, dy.copy(), x.copy(), stats, gamma,
+                    None if dsum is None else dsum.copy())
+    assert_f32_backward_rounded(want, name, dy, x, stats, gamma, dsum)
+    out = np.full((9, 100), np.nan, F16)
+    got = backward(name, dy, x, stats, gamma, dsum, out=out[:, 20:84])
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(bits(a), bits(b))
+    assert got[0].base is out and np.isnan(out[:, :20]).all()
+    assert np.isnan(out[:, 84:]).all()
+    for target in (dy, dsum) if fused else (dy,):
+        original = target.copy()
+        d = (dy, dsum) if target is dy else (dy.copy(), dsum)  # out=dsum: dy apart
+        got = backward(name, d[0], x, stats, gamma, d[1], out=target)
+        assert got[0] is target
+        np.testing.assert_array_equal(bits(target), bits(want[0]))
+        target[...] = original
+
+
+def test_float16_backward_mixed_dtypes_are_refused():
+    x, x32 = halves((2, 8), 1), data((2, 8), 1)
+    s = np.ones(2, np.float32)
+    one_dtype = r"\(x's: dy, x, dsum and out have one dtype\)"
+    with pytest.raises(TypeError, match=rf"dy must have dtype float16 {one_dtype}, not "
+                       "float32"):
+        nk.layer_norm_backward(x32, x, s, s)
+    with pytest.raises(TypeError, match="dy must have dtype float32 .*not float16"):
+        nk.rms_norm_backward(x, x32, s)
+    with pytest.raises(TypeError, match=r"out must have dtype float16 .*not float32"):
+        nk.rms_norm_backward(x, x, s, out=x32)
+    with pytest.raises(TypeError, match=r"dsum must have dtype float16 \(sum's: dy, "
+                       r"sum, dsum and out have one dtype\), not float32"):
+        nk.add_layer_norm_backward(x, x, s, s, dsum=x32)
+    with pytest.raises(TypeError, match="dsum must have dtype float32 .*not float16"):
+        nk.add_rms_norm_backward(x32, x32, s, dsum=x)
+    with pytest.raises(TypeError, match=r"gamma must have dtype float32 \(gamma and beta "
+                       r"are float32 with x of either dtype\), not float16"):
+        nk.rms_norm_backward(x, x, s, np.ones(8, F16))
+    with pytest.raises(TypeError, match=r"rstd must have dtype float32 \(the saved "
+                       r"statistics are float32 with x of either dtype\), not float16"):
+        nk.layer_norm_backward(x, x, s, s.astype(F16))
+    with pytest.raises(TypeError, match="sum must have dtype float32 or float16, not "
+                       "float64"):
+        nk.add_rms_norm_backward(x, x.astype(np.float64), s)

@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 """normkernels.torch on bfloat16 and float16 tensors: the LayerNorm family's functions
 and modules against the float64 reference rounded to the tensors' dtype and against
-PyTorch computing in float32 then rounding; gradients (the f32 backward on the widened
-tensors, dx rounded once) against the f32 binding's and PyTorch's float32 autograd
-rounded; mixed dtypes, and the norms without a half form, refused."""
+PyTorch computing in float32 then rounding; gradients (the _bf16 / _f16 backwards,
+called on the tensors themselves: the f32 backward on the widened tensors, dx rounded
+once) against the f32 binding's and PyTorch's float32 autograd rounded; mixed dtypes,
+and the norms without a half form, refused."""
 import numpy as np
 import pytest
 
@@ -194,6 +195,41 @@ def test_half_views_are_read_where_they_lie(dtype):
     want.backward(dy)
     assert torch.equal(qkv.grad[:, 64:128], copied.grad)
     assert not qkv.grad[:, :64].any() and not qkv.grad[:, 128:].any()
+
+
+@pytest.mark.parametrize("dtype", HALVES, ids=HALVES.get)
+@pytest.mark.parametrize("name", NAMES)
+def test_half_gradients_call_the_half_backward_in_place(monkeypatch, name, dtype):
+    """The backward runs the kernel of x's dtype on the saved tensors and on dy and
+    dsum where they lie (row-strided views too): no widened copies. Its results are
+    the contiguous gradients' bits."""
+    fused = name.startswith("add")
+    calls = []
+
+    def spy(t, center, fused, rows, cols, x, ldx, dy, lddy, dsum, ldds, *rest):
+        calls.append((t, x, ldx, dy, lddy, dsum, ldds))
+        return nk._backward_call(t, center, fused, rows, cols, x, ldx, dy, lddy, dsum,
+                                 ldds, *rest)
+
+    monkeypatch.setattr(nkt._rownorm, "_backward_call", spy)
+    x = half((5, 200), 1, dtype)[:, 30:94].requires_grad_()
+    residual = half((5, 64), 2, dtype).requires_grad_() if fused else None
+    weight = torch.from_numpy(data((64,), 3)).requires_grad_()
+    out = call(name, x, residual, weight, None)
+    dy = half((5, 100), 5, dtype)[:, 7:71]
+    dsum = half((5, 90), 6, dtype)[:, 2:66] if fused else None
+    dense = (dy.contiguous(), dsum.contiguous()) if fused else dy.contiguous()
+    want = torch.autograd.grad(out, (x, weight), dense, retain_graph=True)
+    grads = torch.autograd.grad(out, (x, weight), (dy, dsum) if fused else dy)
+    (t, px, ldx, pdy, lddy, pdsum, ldds) = calls[-1]
+    assert t == HALVES[dtype]
+    saved = out[1] if fused else x
+    assert (px, ldx) == (saved.data_ptr(), 64 if fused else 200)
+    assert (pdy, lddy) == (dy.data_ptr(), 100)
+    if fused:
+        assert (pdsum, ldds) == (dsum.data_ptr(), 90)
+    assert grads[0].dtype is dtype and grads[1].dtype is F32
+    assert all(torch.equal(g, w) for g, w in zip(grads, want))
 
 
 def test_mixed_dtypes_are_refused_or_given_to_pytorch():

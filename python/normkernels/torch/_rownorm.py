@@ -12,11 +12,6 @@ from ._tensors import strided
 
 _TYPES = {_F32: "f32", _HALF[0]: "bf16", _HALF[1]: "f16"}  # the kernels' suffixes
 _DTYPES = tuple(_TYPES)
-# The dtype each dtype's gradients are computed in. The library has no half backward
-# yet: a half input's are the f32 kernel's on x (s), dy and dsum widened exactly, dx
-# rounded once to the input's dtype (Tensor.to rounds to nearest even). With _bf16 /
-# _f16 backwards (in normkernels._BACKWARDS), map each dtype to itself.
-_BACKWARD_DTYPE = {_F32: _F32, _HALF[0]: _F32, _HALF[1]: _F32}
 
 
 def _rows(t, lead_ndim, cols):
@@ -81,40 +76,25 @@ def _gradients(ctx, dy, dsum=None):
         return dsum if need[0] else None, dsum if need[1] else None, None, None, None
     center, fused, norm, rows, cols, ldx, mean, rstd = ctx.plan
     x, weight = ctx.saved_tensors
-    dtype, work = x.dtype, _BACKWARD_DTYPE[x.dtype]
-    if work is not dtype:
-        x, ldx = _widened(x, work), cols
     lead_ndim = x.dim() - len(norm)
-    dy, lddy = _gradient(dy, "dy", lead_ndim, cols, work)
-    dsum, ldds = (None, cols) if dsum is None else _gradient(dsum, "dsum", lead_ndim,
-                                                             cols, work)
+    dy, lddy = _rows(strided(dy, "dy"), lead_ndim, cols)
+    dsum, ldds = (None, cols) if dsum is None else _rows(strided(dsum, "dsum"),
+                                                         lead_ndim, cols)
     dx = _new(x)
     # Sums over rows: with no row the library writes nothing, and they are 0.
     new = torch.empty if rows else torch.zeros
     dgamma = new(norm, dtype=_F32) if need[2] else None
     dbeta = new(norm, dtype=_F32) if need[3] else None
-    _backward_call(_TYPES[work], center, fused, rows, cols, x.data_ptr(), ldx,
+    _backward_call(_TYPES[x.dtype], center, fused, rows, cols, x.data_ptr(), ldx,
                    dy.data_ptr(), lddy,
                    None if dsum is None else dsum.data_ptr(), ldds, mean, rstd,
                    None if weight is None else weight.data_ptr(), dx.data_ptr(), cols,
                    None if dgamma is None else dgamma.data_ptr(),
                    None if dbeta is None else dbeta.data_ptr())
-    dx = dx.to(dtype)  # itself when the kernel ran in x's dtype
     return dx if need[0] else None, dx if need[1] else None, dgamma, dbeta, None
 
 
 _RowNorm.backward = backward_once(_gradients)
-
-
-def _gradient(g, name, lead_ndim, cols, dtype):
-    """_rows of the gradient g of an output, widened to dtype when of another."""
-    g = strided(g, name)
-    return _rows(g if g.dtype is dtype else _widened(g, dtype), lead_ndim, cols)
-
-
-def _widened(t, dtype):
-    """t as a new contiguous tensor of dtype, every value exact."""
-    return t.to(dtype, memory_format=torch.contiguous_format)
 
 
 _NAMES = "x", "residual", "weight", "bias"
