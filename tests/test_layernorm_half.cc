@@ -157,7 +157,7 @@ Inputs MakeInputs(const HalfCase& c) {
 }
 
 // The inputs of a case without `fill`, made once per format and shape in the process
-// (rounding millions of values to half cost more than the calls that use them).
+// and shared by the ops (rounding values to half cost more than the calls using them).
 const Inputs& SharedInputs(const HalfCase& c) {
   static std::map<std::tuple<int, size_t, size_t>, Inputs> made;
   const auto key = std::make_tuple(c.fmt.exponent_bits, c.rows, c.cols);
@@ -306,6 +306,7 @@ bool MeetsReference(const HalfCase& c, const Inputs& in, const HalfResult& r) {
 }
 
 bool CheckHalf(const HalfCase& c) {
+  if (!c.fill) return MeetsReference(c, SharedInputs(c), RunHalf(c, SharedInputs(c)));
   const Inputs in = MakeInputs(c);
   return MeetsReference(c, in, RunHalf(c, in));
 }
@@ -632,7 +633,7 @@ TEST_P(LayerNormHalfTest, LargeTensorsStream) {
       block.rows = kBlock;
       block.cols = b.cols;
       block.misalign = b.misalign;
-      const Inputs in = MakeInputs(block);
+      const Inputs& in = SharedInputs(block);
       const HalfResult want = RunHalf(block, in);
       ASSERT_TRUE(MeetsReference(block, in, want));
       HalfCase big = block;
@@ -705,7 +706,7 @@ void ExpectContiguousBits(const HalfCase& c, Pads pads, bool in_place) {
                std::to_string(pads.y) + " in_place=" + std::to_string(in_place));
   const bool fused = Fused(c.op);
   const size_t rows = c.rows, cols = c.cols;
-  const Inputs in = MakeInputs(c);
+  const Inputs& in = SharedInputs(c);
   const HalfResult want = RunHalf(c, in);
 
   // Inputs' gaps hold NaN (a kernel that used one would give NaN); outputs' a value.
