@@ -142,6 +142,17 @@ struct HalfCase {
   }
 };
 
+HalfCase MakeCase(const HalfFormat& fmt, Op op, size_t rows, size_t cols,
+                  size_t misalign = 0) {
+  HalfCase c;
+  c.fmt = fmt;
+  c.op = op;
+  c.rows = rows;
+  c.cols = cols;
+  c.misalign = misalign;
+  return c;
+}
+
 Inputs MakeInputs(const HalfCase& c) {
   const size_t n = c.rows * c.cols;
   const uint32_t seed = Seed(c.rows * 1000003 + c.cols);
@@ -350,12 +361,7 @@ TEST_P(LayerNormHalfTest, EveryLengthUpTo67) {
   for (const HalfFormat& fmt : kFormats) {
     for (Op op : kAllOps) {
       for (size_t cols = 1; cols <= 67; ++cols) {
-        HalfCase c;
-        c.fmt = fmt;
-        c.op = op;
-        c.rows = 3;
-        c.cols = cols;
-        c.misalign = cols % 4;
+        HalfCase c = MakeCase(fmt, op, 3, cols, cols % 4);
         ASSERT_TRUE(CheckHalf(c));
       }
     }
@@ -367,12 +373,7 @@ TEST_P(LayerNormHalfTest, PrimesAndLongRows) {
     for (Op op : kAllOps) {
       for (size_t cols :
            {97, 127, 251, 256, 509, 768, 1021, 1024, 4093, 4096, 4099, 100003}) {
-        HalfCase c;
-        c.fmt = fmt;
-        c.op = op;
-        c.rows = cols > 20000 ? 1 : 3;
-        c.cols = cols;
-        c.misalign = cols % 2 ? 1 : 3;
+        HalfCase c = MakeCase(fmt, op, cols > 20000 ? 1 : 3, cols, cols % 2 ? 1 : 3);
         ASSERT_TRUE(CheckHalf(c));
       }
     }
@@ -384,11 +385,7 @@ TEST_P(LayerNormHalfTest, OptionalGammaBetaAndStatistics) {
     for (Op op : kAllOps) {
       for (size_t cols : {5, 64, 300}) {
         for (int mask = 0; mask < 8; ++mask) {
-          HalfCase c;
-          c.fmt = fmt;
-          c.op = op;
-          c.rows = 5;  // a group of four rows and one alone
-          c.cols = cols;
+          HalfCase c = MakeCase(fmt, op, 5, cols);  // a group of four rows, one alone
           c.gamma = mask & 1;
           c.beta = mask & 2;
           c.stats = mask & 4;
@@ -404,12 +401,7 @@ TEST_P(LayerNormHalfTest, Misaligned) {
     for (Op op : kAllOps) {
       for (size_t misalign : {0, 1, 2, 3, 5, 7, 15, 31}) {
         for (size_t y_shift : {0, 1}) {
-          HalfCase c;
-          c.fmt = fmt;
-          c.op = op;
-          c.rows = 3;
-          c.cols = 129;
-          c.misalign = misalign;
+          HalfCase c = MakeCase(fmt, op, 3, 129, misalign);
           c.y_shift = y_shift;
           ASSERT_TRUE(CheckHalf(c));
         }
@@ -427,12 +419,7 @@ TEST_P(LayerNormHalfTest, InPlace) {
       }
       for (size_t cols : {3, 64, 1000, 17000}) {  // the last: rows longer than a chunk
         for (Alias a : aliases) {
-          HalfCase c;
-          c.fmt = fmt;
-          c.op = op;
-          c.rows = cols > 1000 ? 2 : 3;
-          c.cols = cols;
-          c.misalign = 1;
+          HalfCase c = MakeCase(fmt, op, cols > 1000 ? 2 : 3, cols, 1);
           c.alias = a;
           ASSERT_TRUE(CheckHalf(c));
         }
@@ -489,12 +476,7 @@ TEST_P(LayerNormHalfTest, TiesToEvenOverflowAndSubnormalsExactly) {
     const std::vector<float> targets = RoundingTargets(fmt);
     const size_t cols = targets.size();
     for (Op op : kAllOps) {
-      HalfCase c;
-      c.fmt = fmt;
-      c.op = op;
-      c.rows = 3;
-      c.cols = cols;
-      c.misalign = 1;
+      HalfCase c = MakeCase(fmt, op, 3, cols, 1);
       c.eps = Centered(op) ? 1e-5f : 0.0f;
       c.fill = [&](Values& v) {
         if (Centered(op)) {
@@ -531,11 +513,7 @@ TEST_P(LayerNormHalfTest, Fp16OverflowAndSubnormals) {
   for (Op op : kAllOps) {
     for (float scale : {3e4f, 1e-6f}) {
       for (size_t cols : {7, 64, 1000}) {
-        HalfCase c;
-        c.fmt = kF16;
-        c.op = op;
-        c.rows = 4;
-        c.cols = cols;
+        HalfCase c = MakeCase(kF16, op, 4, cols);
         c.beta = false;
         c.fill = [&](Values& v) {
           for (float& g : v.gamma) g *= scale;
@@ -551,11 +529,7 @@ TEST_P(LayerNormHalfTest, NonFiniteValuesStayInTheirRow) {
     for (Op op : kAllOps) {
       for (size_t cols : {1, 7, 64, 333}) {
         for (float bad : {NAN, INFINITY, -INFINITY}) {
-          HalfCase c;
-          c.fmt = fmt;
-          c.op = op;
-          c.rows = 4;
-          c.cols = cols;
+          HalfCase c = MakeCase(fmt, op, 4, cols);
           // Row 1 has one bad value, row 2 is bad throughout; rows 0 and 3 are clean.
           c.fill = [&](Values& v) {
             v.x[1 * cols + cols / 2] = bad;
@@ -568,11 +542,7 @@ TEST_P(LayerNormHalfTest, NonFiniteValuesStayInTheirRow) {
       // x + residual beyond the format's largest value: s, stored and normalized, is
       // Inf (fp16: 60000 + 60000; bf16: 3e38 + 3e38).
       for (size_t cols : {1, 64, 333}) {
-        HalfCase c;
-        c.fmt = fmt;
-        c.op = op;
-        c.rows = 4;
-        c.cols = cols;
+        HalfCase c = MakeCase(fmt, op, 4, cols);
         const float big = IsBf16(fmt) ? 3e38f : 6e4f;
         c.fill = [&](Values& v) {
           v.x[1 * cols + cols / 2] = big;
@@ -597,11 +567,7 @@ TEST_P(LayerNormHalfTest, IllConditionedRows) {
       for (size_t cols : {64, 4096, 100003}) {
         for (float sd : {1.0f, 100.0f}) {
           if (cols > 20000 && sd != (IsBf16(fmt) ? 100.0f : 1.0f)) continue;
-          HalfCase c;
-          c.fmt = fmt;
-          c.op = op;
-          c.rows = cols > 20000 ? 1 : 2;
-          c.cols = cols;
+          HalfCase c = MakeCase(fmt, op, cols > 20000 ? 1 : 2, cols);
           c.fill = [&](Values& v) { v.x = Normal(v.x.size(), Seed(cols), 1e4f, sd); };
           ASSERT_TRUE(CheckHalf(c));
         }
@@ -618,11 +584,7 @@ TEST_P(LayerNormHalfTest, BitwiseEqualAcrossThreadCounts) {
                                             std::make_pair(size_t{1}, size_t{1} << 20),
                                             std::make_pair(size_t{3}, size_t{100003})}) {
       for (Op op : kAllOps) {
-        HalfCase c;
-        c.fmt = fmt;
-        c.op = op;
-        c.rows = shape.first;
-        c.cols = shape.second;
+        HalfCase c = MakeCase(fmt, op, shape.first, shape.second);
         const Inputs& in = SharedInputs(c);
         HalfResult first;
         for (int threads : {1, 2, 3}) {
@@ -654,12 +616,7 @@ TEST_P(LayerNormHalfTest, LargeTensorsStream) {
     for (Big b :
          {Big{Op::kLayerNorm, 8192, 1024, 0}, Big{Op::kAddRmsNorm, 4096, 1024, 1},
           Big{Op::kRmsNorm, 32768, 256, 0}, Big{Op::kAddLayerNorm, 16384, 256, 0}}) {
-      HalfCase block;
-      block.fmt = fmt;
-      block.op = b.op;
-      block.rows = kBlock;
-      block.cols = b.cols;
-      block.misalign = b.misalign;
+      HalfCase block = MakeCase(fmt, b.op, kBlock, b.cols, b.misalign);
       const Inputs& in = SharedInputs(block);
       const HalfResult want = RunHalf(block, in);
       ASSERT_TRUE(MeetsReference(block, in, want));
@@ -697,11 +654,7 @@ TEST_P(LayerNormHalfTest, SameBitsAtAnyAddress) {
   for (const HalfFormat& fmt : kFormats) {
     for (Op op : kAllOps) {
       for (size_t cols : {64, 100, 1024, 4099}) {
-        HalfCase c;
-        c.fmt = fmt;
-        c.op = op;
-        c.rows = cols > 1024 ? 3 : 9;
-        c.cols = cols;
+        HalfCase c = MakeCase(fmt, op, cols > 1024 ? 3 : 9, cols);
         const Inputs& in = SharedInputs(c);
         const HalfResult first = RunHalf(c, in);
         for (size_t misalign : {1, 3, 8, 16}) {
@@ -779,24 +732,14 @@ TEST_P(LayerNormHalfTest, StridedGiveTheContiguousBits) {
                {1, 1}, {3, 7}, {17, 67}, {9, 256}, {40, 1024}, {5, 4099}}) {
         for (const Pads& p : pads) {
           for (size_t misalign : {0, 3}) {
-            HalfCase c;
-            c.fmt = fmt;
-            c.op = op;
-            c.rows = shape.first;
-            c.cols = shape.second;
-            c.misalign = misalign;
+            HalfCase c = MakeCase(fmt, op, shape.first, shape.second, misalign);
             ExpectContiguousBits(c, p, false);
             if (HasFatalFailure()) return;
           }
         }
       }
       for (size_t cols : {5, 64, 1024}) {
-        HalfCase c;
-        c.fmt = fmt;
-        c.op = op;
-        c.rows = 37;
-        c.cols = cols;
-        c.misalign = 1;
+        HalfCase c = MakeCase(fmt, op, 37, cols, 1);
         ExpectContiguousBits(c, {cols, 3, 0, 0}, true);
         if (HasFatalFailure()) return;
       }
