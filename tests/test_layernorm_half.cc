@@ -616,7 +616,7 @@ TEST_P(LayerNormHalfTest, LargeTensorsStream) {
     for (Big b :
          {Big{Op::kLayerNorm, 8192, 1024, 0}, Big{Op::kAddRmsNorm, 4096, 1024, 1},
           Big{Op::kRmsNorm, 32768, 256, 0}, Big{Op::kAddLayerNorm, 16384, 256, 0}}) {
-      HalfCase block = MakeCase(fmt, b.op, kBlock, b.cols, b.misalign);
+      const HalfCase block = MakeCase(fmt, b.op, kBlock, b.cols, b.misalign);
       const Inputs& in = SharedInputs(block);
       const HalfResult want = RunHalf(block, in);
       ASSERT_TRUE(MeetsReference(block, in, want));
@@ -625,25 +625,21 @@ TEST_P(LayerNormHalfTest, LargeTensorsStream) {
       Inputs tiled{{}, {}, in.gamma, in.beta};
       for (size_t r = 0; r < big.rows; r += kBlock) {
         tiled.x.insert(tiled.x.end(), in.x.begin(), in.x.end());
-        tiled.res.insert(tiled.res.end(), in.res.begin(), in.res.end());
+        if (Fused(b.op)) tiled.res.insert(tiled.res.end(), in.res.begin(), in.res.end());
       }
       const HalfResult got = RunHalf(big, tiled);
       SCOPED_TRACE(big.Describe());
-      const size_t n = kBlock * b.cols;
-      for (size_t r = 0; r < big.rows; r += kBlock) {
-        const auto at = [&](const std::vector<uint16_t>& v) {
-          return std::vector<uint16_t>(v.begin() + r * b.cols,
-                                       v.begin() + r * b.cols + n);
-        };
-        const auto stats = [&](const std::vector<float>& v) {
-          return std::vector<float>(v.begin() + r, v.begin() + r + kBlock);
-        };
-        ASSERT_EQ(at(got.y), want.y) << "rows " << r << "..";
-        if (!want.sum.empty()) {
-          ASSERT_EQ(at(got.sum), want.sum) << "rows " << r << "..";
-        }
-        ASSERT_TRUE(SameBits(stats(got.rstd), want.rstd)) << "rows " << r << "..";
-        ASSERT_TRUE(SameBits(stats(got.mean), want.mean)) << "rows " << r << "..";
+      // Block k of an output of the big call holds the bits of that output of the block.
+      const auto same = [](const auto& big_out, const auto& block_out, size_t k) {
+        const size_t len = block_out.size();
+        return len == 0 || std::memcmp(big_out.data() + k * len, block_out.data(),
+                                       len * sizeof(block_out[0])) == 0;
+      };
+      for (size_t k = 0; k < big.rows / kBlock; ++k) {
+        ASSERT_TRUE(same(got.y, want.y, k)) << "rows " << k * kBlock << "..";
+        ASSERT_TRUE(same(got.sum, want.sum, k)) << "rows " << k * kBlock << "..";
+        ASSERT_TRUE(same(got.mean, want.mean, k)) << "rows " << k * kBlock << "..";
+        ASSERT_TRUE(same(got.rstd, want.rstd, k)) << "rows " << k * kBlock << "..";
       }
     }
   }
