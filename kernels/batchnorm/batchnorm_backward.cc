@@ -221,7 +221,9 @@ class GradColumns {
 
   // Once every part is measured: the chunks' sums of channels [c0, c1) added into
   // chunk 0's, in a pairwise tree (at width w, chunk a takes in chunk a + w).
-  void Merge(size_t c0, size_t c1) { AddColumnChunks(rows_, job_.c, c0, c1, sums_); }
+  void Merge(size_t c0, size_t c1) {
+    if (c1 > c0) AddColumnChunks(rows_, c1 - c0, job_.c, sums_ + c0);
+  }
 
   // Once merged: channel ci's sums.
   GradSums Sums(size_t ci) { return {SumDy(0)[ci], SumDyXhat(0)[ci]}; }

@@ -97,8 +97,13 @@ HWY_INLINE void AffineSpan(const float* x, size_t n, const SpanAffine& a, bool s
                            float* y) {
   StoreSpan(n, stream, y, [&](auto d, size_t i) HWY_ATTR {
     auto v = hn::LoadU(d, x + i);
-    if (kScaled) v = hn::Mul(v, hn::Set(d, a.scale));
-    if (kCenter) v = hn::Sub(v, hn::Set(d, a.shift));
+    if (kScaled && kCenter) {
+      v = hn::MulSub(v, hn::Set(d, a.scale), hn::Set(d, a.shift));
+    } else if (kScaled) {
+      v = hn::Mul(v, hn::Set(d, a.scale));
+    } else if (kCenter) {
+      v = hn::Sub(v, hn::Set(d, a.shift));
+    }
     if (kScaled) v = hn::Mul(v, hn::Set(d, a.rstd));
     return hn::MulAdd(v, hn::Set(d, a.mul), hn::Set(d, a.add));
   });
@@ -307,8 +312,13 @@ struct ColumnParams {
   struct At {
     V scale, shift, rstd, mul, add;
     HWY_INLINE V operator()(V v) const {
-      if (kScaled) v = hn::Mul(v, scale);
-      if (kCenter) v = hn::Sub(v, shift);
+      if (kScaled && kCenter) {
+        v = hn::MulSub(v, scale, shift);
+      } else if (kScaled) {
+        v = hn::Mul(v, scale);
+      } else if (kCenter) {
+        v = hn::Sub(v, shift);
+      }
       if (kScaled) v = hn::Mul(v, rstd);
       return hn::MulAdd(v, mul, add);
     }

@@ -203,14 +203,14 @@ inline void MergeColumnChunks(const ChannelNormKernels& k, const ColumnRows& row
   });
 }
 
-// The backward's per-chunk column sums (chunk i's sums of dy at sums + 2 * i * c, of
-// dy * x_hat c further) of columns [c0, c1) added into chunk 0's, pairwise.
-inline void AddColumnChunks(const ColumnRows& rows, size_t c, size_t c0, size_t c1,
+// The same for the backward's per-chunk column sums: `width` columns, chunk i's sums
+// of dy at sums + 2 * i * ld and of dy * x_hat ld further, added into chunk 0's.
+inline void AddColumnChunks(const ColumnRows& rows, size_t width, size_t ld,
                             float* sums) {
   rows.MergePairwise([&](size_t a, size_t b, size_t, size_t) {
-    for (size_t ci = c0; ci < c1; ++ci) {
-      sums[2 * a * c + ci] += sums[2 * b * c + ci];
-      sums[(2 * a + 1) * c + ci] += sums[(2 * b + 1) * c + ci];
+    for (size_t j = 0; j < width; ++j) {
+      sums[2 * a * ld + j] += sums[2 * b * ld + j];
+      sums[(2 * a + 1) * ld + j] += sums[(2 * b + 1) * ld + j];
     }
   });
 }

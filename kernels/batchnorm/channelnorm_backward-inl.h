@@ -102,7 +102,7 @@ void SpanGradApply(const float* x, const float* dy, size_t n, const SpanGrad& g,
     const auto xhat =
         hn::Mul(hn::Sub(hn::LoadU(d, x + i), hn::Set(d, g.mean)), hn::Set(d, g.rstd));
     const auto t =
-        hn::Sub(hn::Mul(hn::LoadU(d, dy + i), hn::Set(d, g.dy_scale)), hn::Set(d, g.mean_dy));
+        hn::MulSub(hn::LoadU(d, dy + i), hn::Set(d, g.dy_scale), hn::Set(d, g.mean_dy));
     return hn::Mul(hn::NegMulAdd(xhat, hn::Set(d, g.mean_dy_xhat), t), hn::Set(d, g.k));
   });
 }
@@ -218,9 +218,9 @@ void GradColumnRows(const float* x, const float* dy, size_t rows, size_t c,
   const auto value = [&](auto d, size_t i, size_t j) HWY_ATTR {
     const auto xhat = hn::Mul(hn::Sub(hn::LoadU(d, x + i), hn::LoadU(d, g.mean + j)),
                               hn::LoadU(d, g.rstd + j));
-    auto gy = hn::LoadU(d, dy + i);
-    if (kScaleDy) gy = hn::Mul(gy, hn::LoadU(d, g.dy_scale + j));
-    const auto t = hn::Sub(gy, hn::LoadU(d, g.mean_dy + j));
+    const auto gy = hn::LoadU(d, dy + i), mean_dy = hn::LoadU(d, g.mean_dy + j);
+    const auto t = kScaleDy ? hn::MulSub(gy, hn::LoadU(d, g.dy_scale + j), mean_dy)
+                            : hn::Sub(gy, mean_dy);
     return hn::Mul(hn::NegMulAdd(xhat, hn::LoadU(d, g.mean_dy_xhat + j), t),
                    hn::LoadU(d, g.k + j));
   };

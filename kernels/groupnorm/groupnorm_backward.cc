@@ -211,7 +211,7 @@ class GradColumns {
   void Finish(size_t s) {
     const size_t cg = job_.group_channels(), c0 = (s % job_.groups) * cg;
     const size_t sample = s / job_.groups, first = sample * chunks_.rows().chunks();
-    AddColumnChunks(chunks_.rows(), job_.c, c0, c0 + cg, SumDy(first));
+    AddColumnChunks(chunks_.rows(), cg, job_.c, SumDy(first) + c0);
     const GradSums means =
         SetMeans(job_, s, [&](size_t j) { return Sums(sample, c0 + j); });
     std::fill(Map(sample, 2) + c0, Map(sample, 2) + c0 + cg, means.a);

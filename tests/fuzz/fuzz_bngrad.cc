@@ -277,7 +277,8 @@ bool ChannelInRange(Op op, const Channel& ch) {
     abs_dy += std::fabs(dy);
     abs_dy_xhat += std::fabs(dy * xhat[j]);
   }
-  if (!small(abs_dy) || !small(abs_dy_xhat)) return false;
+  // The sums the kernels form (apply is given them).
+  if (op != kApply && (!small(abs_dy) || !small(abs_dy_xhat))) return false;
   if (op == kReduce) return true;
   if (op == kApply) {  // the sums as given
     sum_dy = ch.sum_dy;
