@@ -33,6 +33,16 @@ namespace hn = hwy::HWY_NAMESPACE;
 #define NK_F16C 0
 #endif
 
+// The baseline targets (EMU128, SCALAR) emulate vectors lane by lane: there the
+// conversions are called rather than inlined into every load and store of the
+// kernels, which made those targets most of the half kernels' code and build time.
+#undef NK_HALF_INLINE
+#if HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+#define NK_HALF_INLINE HWY_NOINLINE
+#else
+#define NK_HALF_INLINE HWY_INLINE
+#endif
+
 // The half vector holding as many elements as the fp32 vector of D.
 template <class D>
 using HalfTag = hn::Rebind<uint16_t, D>;
@@ -40,7 +50,7 @@ using HalfTag = hn::Rebind<uint16_t, D>;
 // ------------------------------------------------------------------ bfloat16
 
 template <class D>
-HWY_INLINE hn::Vec<D> WidenBf16(D d, hn::Vec<HalfTag<D>> h) {
+NK_HALF_INLINE hn::Vec<D> WidenBf16(D d, hn::Vec<HalfTag<D>> h) {
   const hn::RebindToUnsigned<D> du;
   return hn::BitCast(d, hn::ShiftLeft<16>(hn::PromoteTo(du, h)));
 }
@@ -49,7 +59,7 @@ HWY_INLINE hn::Vec<D> WidenBf16(D d, hn::Vec<HalfTag<D>> h) {
 // lowest bit (a carry into the exponent is the right result, up to Inf); NaN keeps
 // its top payload bits with the quiet bit set, as vcvtneps2bf16 does.
 template <class D>
-HWY_INLINE hn::Vec<HalfTag<D>> NarrowBf16(D /* d */, hn::Vec<D> v) {
+NK_HALF_INLINE hn::Vec<HalfTag<D>> NarrowBf16(D /* d */, hn::Vec<D> v) {
   const hn::RebindToUnsigned<D> du;
   const hn::RebindToSigned<D> di;
   const auto bits = hn::BitCast(du, v);
@@ -65,7 +75,7 @@ HWY_INLINE hn::Vec<HalfTag<D>> NarrowBf16(D /* d */, hn::Vec<D> v) {
 // ------------------------------------------------------------------ fp16
 
 template <class D>
-HWY_INLINE hn::Vec<D> WidenF16(D d, hn::Vec<HalfTag<D>> h) {
+NK_HALF_INLINE hn::Vec<D> WidenF16(D d, hn::Vec<HalfTag<D>> h) {
 #if NK_F16C
   return hn::PromoteTo(d, hn::BitCast(hn::Rebind<hwy::float16_t, D>(), h));
 #else
@@ -89,7 +99,7 @@ HWY_INLINE hn::Vec<D> WidenF16(D d, hn::Vec<HalfTag<D>> h) {
 }
 
 template <class D>
-HWY_INLINE hn::Vec<HalfTag<D>> NarrowF16(D d, hn::Vec<D> v) {
+NK_HALF_INLINE hn::Vec<HalfTag<D>> NarrowF16(D d, hn::Vec<D> v) {
 #if NK_F16C
   // vcvtps2ph with _MM_FROUND_NO_EXC: the rounding mode of the immediate, nearest even.
   return hn::BitCast(HalfTag<D>(), hn::DemoteTo(hn::Rebind<hwy::float16_t, D>(), v));
