@@ -142,7 +142,8 @@ NK_API nk_status nk_set_num_threads(int n);
 /* Environment, read once at first use of the library: NK_ISA (as nk_set_isa) and
    NK_NUM_THREADS (as nk_set_num_threads). A value those functions would refuse is
    ignored and the default stays, with one line on stderr naming the variable, its
-   value and what is used instead.
+   value and what is used instead. NK_AVX512BF16=0 keeps the AVX3 kernels from
+   AVX512-BF16's rounding instruction (bfloat16 outputs, same bits; for testing).
    Fork: libgomp's thread pool does not survive fork(), and a parallel region in the
    child would wait for the parent's threads forever (as PyTorch's own kernels do). So
    after fork() the child runs kernels on one thread (same bits) until it calls

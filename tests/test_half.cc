@@ -12,10 +12,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
+#include "kernels/common/cpu_targets.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/half_convert.h"
 #include "half_reference.h"
@@ -200,5 +202,19 @@ TEST_P(Half, SpansOfEveryLength) {
 }
 
 NK_INSTANTIATE_FOR_EACH_ISA(Half);
+
+// Under AVX3, bf16 is rounded by vcvtneps2bf16 where the CPU has AVX512-BF16 (the CI
+// machine, Zen 4, does) and by integer arithmetic elsewhere or with NK_AVX512BF16=0:
+// ctest runs the half tests under AVX3 both ways (tests/CMakeLists.txt). The library's
+// CPUID check must agree with the compiler's.
+TEST(HalfCpu, Avx512Bf16AsTheCompilerDetectsIt) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  EXPECT_EQ(nk::CpuHasAvx512Bf16(), __builtin_cpu_supports("avx512bf16") != 0);
+#endif
+  const char* env = std::getenv("NK_AVX512BF16");
+  const bool off = env != nullptr && std::strcmp(env, "0") == 0;
+  EXPECT_EQ(nk::kUseAvx512Bf16, nk::CpuHasAvx512Bf16() && !off);
+}
 
 }  // namespace

@@ -2,6 +2,9 @@
 // cpu_targets.cc: CPUID/XGETBV feature detection mapped to Highway's x86 targets.
 #include "kernels/common/cpu_targets.h"
 
+#include <cstdlib>
+#include <cstring>
+
 #include "hwy/highway.h"
 
 #if HWY_ARCH_X86
@@ -61,10 +64,25 @@ int64_t CpuTargets() {
   return bits;
 }
 
+bool CpuHasAvx512Bf16() {
+  if ((CpuTargets() & HWY_AVX3) == 0) return false;  // and the OS saves zmm
+  uint32_t a, b, c, d;
+  __cpuid_count(7, 0, a, b, c, d);
+  if (a < 1) return false;  // no subleaf 1
+  __cpuid_count(7, 1, a, b, c, d);
+  return Bit(a, 5);
+}
+
 #else   // !HWY_ARCH_X86
 
 int64_t CpuTargets() { return hwy::SupportedTargets(); }
+bool CpuHasAvx512Bf16() { return false; }
 
 #endif  // HWY_ARCH_X86
+
+extern const bool kUseAvx512Bf16 = [] {
+  const char* env = std::getenv("NK_AVX512BF16");
+  return CpuHasAvx512Bf16() && !(env != nullptr && std::strcmp(env, "0") == 0);
+}();
 
 }  // namespace nk

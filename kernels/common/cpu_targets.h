@@ -13,6 +13,16 @@ namespace nk {
 // under valgrind (libhwy's start-up code uses RDTSCP, which valgrind 3.19 lacks).
 int64_t CpuTargets();
 
+// Whether the CPU runs AVX512-BF16 besides Highway's AVX3 (Zen 4, Sapphire Rapids,
+// Cooper Lake; not Skylake-X or Ice Lake).
+bool CpuHasAvx512Bf16();
+
+// CpuHasAvx512Bf16(), read once at load, unless NK_AVX512BF16=0 is in the environment:
+// the AVX3 kernels then round fp32 to bfloat16 with vcvtneps2bf16 instead of integer
+// arithmetic (half-inl.h; the same bits either way, which the tests check by running
+// with both).
+extern const bool kUseAvx512Bf16;
+
 }  // namespace nk
 
 #endif  // NK_KERNELS_CPU_TARGETS_H_

@@ -376,6 +376,7 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
                           ? HeadToAlign(d, y)
                           : 0;
   V first[kGroupRows], last[kGroupRows];
+  for (size_t k = 0; k < kGroupRows; ++k) first[k] = last[k] = hn::Zero(d);  // for gcc
   if (head != 0) {
     vector(0, [&](V v, size_t k, T*) HWY_ATTR { first[k] = v; });
     vector(cols - N, [&](V v, size_t k, T*) HWY_ATTR { last[k] = v; });
