@@ -7,9 +7,9 @@
 // Highway 1.0.3's own conversions are not all of that: its bf16 DemoteTo truncates,
 // and without F16C (SSE4, SSSE3, EMU128, SCALAR) its fp16 DemoteTo truncates too and
 // clamps the exponent, and its fp16 PromoteTo widens Inf and NaN to finite values.
-// So bf16 is integer arithmetic on every target, and fp16 takes F16C where the
-// target has it (AVX2, AVX3: vcvtph2ps, vcvtps2ph with rounding to nearest even) and
-// integer arithmetic elsewhere.
+// So bf16 is integer arithmetic (AVX3 on CPUs with AVX512-BF16: vcvtneps2bf16, below),
+// and fp16 takes F16C where the target has it (AVX2, AVX3: vcvtph2ps, vcvtps2ph with
+// rounding to nearest even) and integer arithmetic elsewhere.
 #if defined(NK_KERNELS_HALF_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef NK_KERNELS_HALF_INL_H_
 #undef NK_KERNELS_HALF_INL_H_
