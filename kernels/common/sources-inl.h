@@ -279,6 +279,104 @@ HWY_INLINE void StoreWithin(D d, const Value& value, size_t begin, size_t end, T
                 [&](auto dv, size_t i) HWY_ATTR { StoreElems(value(dv, i), dv, y + i); });
 }
 
+// Streams the values of a contiguous span y[0, n) (n a multiple of N), put in order a
+// vector at a time, where y lies off a vector boundary (malloc's and NumPy's 16 bytes):
+// each aligned non-temporal store joins the last `shift` lanes of one value and the
+// first N - shift of the next (every value rotated once, two rotations blended), so
+// every line inside the span is written whole, by streamed stores in order, rows'
+// shared lines included. The lanes before the span's first line boundary and after its
+// last take regular stores (those lines may be shared with other writers). The
+// rotation is of fp32 lanes, before narrowing, so half tensors are joined alike.
+// Hot loops put through a copy in a local (and give it back): vector stores may alias
+// any memory, so a stream reached by pointer is stored back at every put.
+template <class D, class T>
+class RealignedStream {
+ public:
+  using V = hn::Vec<D>;
+
+  // Whether y can be streamed so: element-aligned.
+  static bool Fits(const T* y) { return reinterpret_cast<uintptr_t>(y) % sizeof(T) == 0; }
+
+  RealignedStream(D d, T* y, size_t n) {
+    const size_t N = hn::Lanes(d);
+    const uintptr_t end = reinterpret_cast<uintptr_t>(y + n);
+    line_end_ = end - end % kLineBytes;
+    shift_ = reinterpret_cast<uintptr_t>(y) % (N * sizeof(T)) / sizeof(T);
+    HWY_ALIGN int32_t idx[hn::MaxLanes(D())];
+    for (size_t l = 0; l < N; ++l) idx[l] = static_cast<int32_t>((l + N - shift_) % N);
+    rotate_ = hn::SetTableIndices(d, idx);
+    from_prev_ = hn::FirstN(d, shift_);
+    prev_ = hn::Zero(d);
+    Start(d, y);
+  }
+
+  // The value of the next N elements.
+  HWY_INLINE void Put(D d, V v) {
+    const V rotated = hn::TableLookupLanes(v, rotate_);
+    const V joined = hn::IfThenElse(from_prev_, prev_, rotated);
+    T* p = next_ - shift_;  // a vector boundary
+    if (HWY_LIKELY(reinterpret_cast<uintptr_t>(p) - line_begin_ < streamed_)) {
+      StreamElems(joined, d, p);
+    } else {
+      StoreOutside(d, joined, p, next_ == begin_ ? shift_ : 0);
+    }
+    prev_ = rotated;
+    next_ += hn::Lanes(d);
+  }
+
+  // Leaves the next n elements unwritten (values that are put later, by other stores).
+  void Skip(D d, size_t n) {
+    Finish(d);
+    Start(d, next_ + n);
+  }
+
+  // Stores the last value's lanes that no aligned store took; call after the last Put.
+  void Finish(D d) {
+    if (next_ != begin_) StoreLanes(d, prev_, 0, shift_, next_ - shift_);
+    begin_ = next_;
+  }
+
+ private:
+  void Start(D d, T* p) {
+    begin_ = next_ = p;
+    line_begin_ = reinterpret_cast<uintptr_t>(p + HeadToLine(p));
+    // Vector boundaries q with [q, q + N) inside [line_begin_, line_end_).
+    const uintptr_t bytes = hn::Lanes(d) * sizeof(T);
+    streamed_ =
+        line_end_ >= line_begin_ + bytes ? line_end_ - line_begin_ - bytes + 1 : 0;
+  }
+
+  // A joined vector bound for p outside the streamed lines: its lanes from `from` on
+  // (the first put's lanes before the span are not its own).
+  static HWY_NOINLINE void StoreOutside(D d, V joined, T* p, size_t from) {
+    if (from == 0) {
+      StoreElems(joined, d, p);
+    } else {
+      StoreLanes(d, joined, from, hn::Lanes(d), p + from);
+    }
+  }
+
+  // p[l - from] = lanes [from, to) of v, one by one (regular stores to shared lines).
+  static void StoreLanes(D d, V v, size_t from, size_t to, T* p) {
+    HWY_ALIGN float lanes[hn::MaxLanes(D())];
+    hn::Store(v, d, lanes);
+    const hn::CappedTag<float, 1> d1;
+    for (size_t l = from; l < to; ++l) {
+      StoreElems(hn::Set(d1, lanes[l]), d1, p + l - from);
+    }
+  }
+
+  T* begin_;              // where the current run of puts began
+  T* next_;               // where the next value goes
+  uintptr_t line_begin_;  // the run's first line boundary
+  uintptr_t line_end_;    // the span's last line boundary
+  uintptr_t streamed_;    // bytes of boundaries from line_begin_ that are streamed
+  size_t shift_;          // y's lanes past a vector boundary
+  decltype(hn::SetTableIndices(D(), static_cast<const int32_t*>(nullptr))) rotate_;
+  hn::Mask<D> from_prev_;
+  V prev_;  // the last value, rotated
+};
+
 }  // namespace HWY_NAMESPACE
 }  // namespace nk
 HWY_AFTER_NAMESPACE();
