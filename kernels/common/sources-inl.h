@@ -302,9 +302,7 @@ class RealignedStream {
     const uintptr_t end = reinterpret_cast<uintptr_t>(y + n);
     line_end_ = end - end % kLineBytes;
     shift_ = reinterpret_cast<uintptr_t>(y) % (N * sizeof(T)) / sizeof(T);
-    HWY_ALIGN int32_t idx[hn::MaxLanes(D())];
-    for (size_t l = 0; l < N; ++l) idx[l] = static_cast<int32_t>((l + N - shift_) % N);
-    rotate_ = hn::SetTableIndices(d, idx);
+    for (size_t l = 0; l < N; ++l) idx_[l] = static_cast<int32_t>((l + N - shift_) % N);
     from_prev_ = hn::FirstN(d, shift_);
     prev_ = hn::Zero(d);
     Start(d, y);
@@ -312,7 +310,7 @@ class RealignedStream {
 
   // The value of the next N elements.
   HWY_INLINE void Put(D d, V v) {
-    const V rotated = hn::TableLookupLanes(v, rotate_);
+    const V rotated = Rotate(d, v);
     const V joined = hn::IfThenElse(from_prev_, prev_, rotated);
     T* p = next_ - shift_;  // a vector boundary
     if (HWY_LIKELY(reinterpret_cast<uintptr_t>(p) - line_begin_ < streamed_)) {
@@ -337,6 +335,23 @@ class RealignedStream {
   }
 
  private:
+  // v's lanes rotated up by shift_ (lane l takes lane l - shift_, mod N): one permute at
+  // AVX-512, by its intrinsic (Highway 1.0.3's SetTableIndices asserts in sanitized
+  // builds, and on x86 the library links no libhwy for the assertion's Abort); through
+  // memory elsewhere, where the stream is not used (it is slower there).
+  HWY_INLINE V Rotate(D d, V v) const {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    if constexpr (hn::MaxLanes(D()) == 16) {
+      return V{_mm512_permutexvar_ps(_mm512_load_si512(idx_), v.raw)};
+    }
+#endif
+    const size_t N = hn::Lanes(d);
+    HWY_ALIGN float lanes[2 * hn::MaxLanes(D())];
+    hn::Store(v, d, lanes);
+    hn::Store(v, d, lanes + N);
+    return hn::LoadU(d, lanes + N - shift_);
+  }
+
   void Start(D d, T* p) {
     begin_ = next_ = p;
     line_begin_ = reinterpret_cast<uintptr_t>(p + HeadToLine(p));
@@ -372,7 +387,7 @@ class RealignedStream {
   uintptr_t line_end_;    // the span's last line boundary
   uintptr_t streamed_;    // bytes of boundaries from line_begin_ that are streamed
   size_t shift_;          // y's lanes past a vector boundary
-  decltype(hn::SetTableIndices(D(), static_cast<const int32_t*>(nullptr))) rotate_;
+  HWY_ALIGN int32_t idx_[hn::MaxLanes(D())];  // Rotate's lanes
   hn::Mask<D> from_prev_;
   V prev_;  // the last value, rotated
 };
