@@ -328,7 +328,8 @@ TEST_P(LayerNormTest, HugeValues) {
 }
 
 // Calls whose tensors (x and y; residual and sum too) reach 32 MiB stream y
-// (non-temporal stores where the rows of y are vector-aligned) while the next group of
+// (non-temporal stores where the rows of y are vector-aligned, or, rows held in
+// registers at AVX-512, where they follow each other) while the next group of
 // rows is fetched: rows of 1027 columns (regular stores, a misaligned y) and of 1024
 // (non-temporal), rows that are NaN, constant, huge (the rescaled path inside a group)
 // or ill-conditioned, in place, rows held in registers, x of 16 MiB (8 MiB fused: the

@@ -294,22 +294,16 @@ void CheckBackward(const Call& c, const std::vector<float>& in,
         abs_dbeta[ch] > FLT_MAX / 16) {
       continue;
     }
-    if (c.given[kDgamma]) {
-      const float got = arena[c.at[kDgamma] + ch];
-      const long double bound = nk_test::BoundDgamma(count, abs_dgamma[ch]);
-      if (!nk_test::Meets(got, dgamma[ch], bound)) {
-        FailSet(c, ch, "dgamma outside the bound (set = channel)", 0, got, dgamma[ch],
-                bound);
-      }
-    }
-    if (c.given[kDbeta]) {
-      const float got = arena[c.at[kDbeta] + ch];
-      const long double bound = nk_test::BoundDbeta(count, abs_dbeta[ch]);
-      if (!nk_test::Meets(got, dbeta[ch], bound)) {
-        FailSet(c, ch, "dbeta outside the bound (set = channel)", 0, got, dbeta[ch],
-                bound);
-      }
-    }
+    const auto check = [&](int arg, const char* what, long double want,
+                           long double bound) {
+      if (!c.given[arg]) return;
+      const float got = arena[c.at[arg] + ch];
+      if (!nk_test::Meets(got, want, bound)) FailSet(c, ch, what, 0, got, want, bound);
+    };
+    check(kDgamma, "dgamma outside the bound (set = channel)", dgamma[ch],
+          nk_test::BoundDgamma(count, abs_dgamma[ch]));
+    check(kDbeta, "dbeta outside the bound (set = channel)", dbeta[ch],
+          nk_test::BoundDbeta(count, abs_dbeta[ch]));
   }
 }
 
