@@ -30,7 +30,8 @@ namespace {
 // Training's affine map of a channel: y = (x - mean) * (rstd * gamma) + beta; on the
 // slow path ((x * scale - mean) * rstd) * gamma + beta in the scaled units. x - mean
 // comes first, so a constant channel gives exactly beta.
-SpanAffine TrainingAffine(const BatchNormJob& job, size_t ci, const SetStats& st) {
+template <class Job>
+SpanAffine TrainingAffine(const Job& job, size_t ci, const SetStats& st) {
   const float gamma = job.gamma != nullptr ? job.gamma[ci] : 1.0f;
   const float beta = job.beta != nullptr ? job.beta[ci] : 0.0f;
   if (st.scale == 1.0f) return {true, 1.0f, st.mean, 1.0f, st.rstd * gamma, beta};
@@ -38,7 +39,8 @@ SpanAffine TrainingAffine(const BatchNormJob& job, size_t ci, const SetStats& st
 }
 
 // Inference folds everything into one multiply-add: y = x * mul + add.
-SpanAffine InferenceAffine(const BatchNormJob& job, size_t ci, float mean, float var) {
+template <class Job>
+SpanAffine InferenceAffine(const Job& job, size_t ci, float mean, float var) {
   const double gamma = job.gamma != nullptr ? job.gamma[ci] : 1.0;
   const double beta = job.beta != nullptr ? job.beta[ci] : 0.0;
   const double mul = gamma / std::sqrt(static_cast<double>(var) + job.eps);
@@ -46,16 +48,18 @@ SpanAffine InferenceAffine(const BatchNormJob& job, size_t ci, float mean, float
           static_cast<float>(beta - mean * mul)};
 }
 
-nk_status OutOfMemory(const BatchNormJob& job) {
+template <class Job>
+nk_status OutOfMemory(const Job& job) {
   return SetError(NK_ERR_OUT_OF_MEMORY,
                   "%s: out of memory for per-channel partial statistics", job.function);
 }
 
 // ---------------------------------------------------------------- NCHW
 
+template <class T>
 class Planes {
  public:
-  Planes(const ChannelNormKernels& k, const BatchNormJob& job)
+  Planes(const ChannelNormKernelsT<T>& k, const BatchNormJobT<T>& job)
       : k_(k), job_(job), spans_(NumChunks(job.spatial)) {}
 
   size_t spans_per_channel() const { return job_.n * spans_; }
@@ -136,8 +140,8 @@ class Planes {
   }
 
  private:
-  const ChannelNormKernels& k_;
-  const BatchNormJob& job_;
+  const ChannelNormKernelsT<T>& k_;
+  const BatchNormJobT<T>& job_;
   size_t spans_;  // per plane
 };
 
@@ -145,7 +149,8 @@ class Planes {
 // a run of an image's planes at a time (planes_apply), unless streamed: 8x512x7x7,
 // 1 thread, A/B against a call per plane: inference 31-33 -> 21-22 us, training 75 ->
 // 62-65 us; 8x2048x7x7 inference 125 -> 89-96 us.
-void ApplyPlanesPart(const Planes& planes, size_t t, size_t parts, bool stream,
+template <class T>
+void ApplyPlanesPart(const Planes<T>& planes, size_t t, size_t parts, bool stream,
                      const SpanAffine* affine) {
   const size_t s0 = PartBegin(planes.spans(), t, parts);
   const size_t s1 = PartBegin(planes.spans(), t + 1, parts);
@@ -161,7 +166,8 @@ void ApplyPlanesPart(const Planes& planes, size_t t, size_t parts, bool stream,
   if (stream) hwy::FlushStream();
 }
 
-void ApplyPlanes(const Planes& planes, int threads, bool stream,
+template <class T>
+void ApplyPlanes(const Planes<T>& planes, int threads, bool stream,
                  const SpanAffine* affine) {
   ForEachPart(threads, [&](size_t t, size_t parts) {
     ApplyPlanesPart(planes, t, parts, stream, affine);
@@ -174,25 +180,26 @@ void ApplyPlanes(const Planes& planes, int threads, bool stream,
 // prefetchers (measured: 0.32x against 0.45x of a copy for 32x64x56x56).
 constexpr size_t kByChannelBytes = size_t{8} << 20;
 
-// Whole channels per thread: for cached tensors, when that balances.
-bool ByChannel(size_t c, size_t elements, int threads) {
-  if (elements * sizeof(float) > kByChannelBytes) return false;
+// Whole channels per thread: for cached tensors (of `bytes`), when that balances.
+bool ByChannel(size_t c, size_t bytes, int threads) {
+  if (bytes > kByChannelBytes) return false;
   return threads == 1 || c % static_cast<size_t>(threads) == 0 ||
          c >= 8 * static_cast<size_t>(threads);
 }
 
 // NCHW with short planes (kernel's short_plane_max): channels split among threads, each
 // channel's moments from the per-lane tree over images.
-bool ShortPlanes(const ChannelNormKernels& k, const BatchNormJob& job) {
+template <class T>
+bool ShortPlanes(const ChannelNormKernelsT<T>& k, const BatchNormJobT<T>& job) {
   return !job.channels_last && job.spatial <= k.short_plane_max();
 }
 
 // Short planes in one region: each thread measures its channels and calls
 // finish(ci, stats) for each; with `affine` (set by finish), it then maps its part of
 // the planes after a barrier (ApplyPlanesPart).
-template <class Finish>
-nk_status RunShortPlanes(const ChannelNormKernels& k, const BatchNormJob& job,
-                         const Planes& planes, int threads, bool stream,
+template <class T, class Finish>
+nk_status RunShortPlanes(const ChannelNormKernelsT<T>& k, const BatchNormJobT<T>& job,
+                         const Planes<T>& planes, int threads, bool stream,
                          const Finish& finish, const SpanAffine* affine) {
   const size_t per_thread = k.short_plane_scratch(job.n, (job.c + threads - 1) / threads);
   Workspace<Moments, struct ShortPlaneMomentsTag> moments_ws;
@@ -216,7 +223,8 @@ nk_status RunShortPlanes(const ChannelNormKernels& k, const BatchNormJob& job,
 }
 
 // Statistics of every channel, all spans measured in parallel.
-nk_status AllPlaneStats(const BatchNormJob& job, const Planes& planes, int threads,
+template <class T>
+nk_status AllPlaneStats(const BatchNormJobT<T>& job, const Planes<T>& planes, int threads,
                         SetStats* stats) {
   Workspace<Moments, struct SpanMomentsTag> moments_ws;
   Moments* moments = moments_ws.Get(planes.spans());
@@ -240,9 +248,10 @@ nk_status AllPlaneStats(const BatchNormJob& job, const Planes& planes, int threa
 // 8x256x7x7 training 29-31 -> 19-22 us.
 enum class ColumnPass { kMoments, kTraining, kInference };
 
+template <class T>
 class Columns {
  public:
-  Columns(const ChannelNormKernels& k, const BatchNormJob& job, int threads, bool stream)
+  Columns(const ChannelNormKernelsT<T>& k, const BatchNormJobT<T>& job, int threads, bool stream)
       : k_(k),
         job_(job),
         threads_(threads),
@@ -322,8 +331,8 @@ class Columns {
   }
 
  private:
-  const ChannelNormKernels& k_;
-  const BatchNormJob& job_;
+  const ChannelNormKernelsT<T>& k_;
+  const BatchNormJobT<T>& job_;
   const int threads_;
   const bool stream_;
   const ColumnRows rows_;
@@ -342,12 +351,12 @@ class Columns {
 // One NHWC pass: finish(columns, ci) runs for each channel on the thread that owns it,
 // after the statistics (kMoments, kTraining); it sets the channel's affine map where
 // the pass applies one (kTraining, kInference).
-template <class Finish>
-nk_status RunColumns(const ChannelNormKernels& k, const BatchNormJob& job, int threads,
-                     bool stream, ColumnPass pass, const Finish& finish) {
+template <class T, class Finish>
+nk_status RunColumns(const ChannelNormKernelsT<T>& k, const BatchNormJobT<T>& job,
+                     int threads, bool stream, ColumnPass pass, const Finish& finish) {
   const bool measure = pass != ColumnPass::kInference;
   const bool apply = pass != ColumnPass::kMoments;
-  Columns columns(k, job, threads, stream);
+  Columns<T> columns(k, job, threads, stream);
   if (!columns.Reserve(measure, apply)) return OutOfMemory(job);
   SpinBarrier barrier;
   ForEachPart(threads, [&](size_t t, size_t parts) {
@@ -367,29 +376,34 @@ nk_status RunColumns(const ChannelNormKernels& k, const BatchNormJob& job, int t
 
 // ---------------------------------------------------------------- shared
 
+template <class T>
 struct Context {
-  const ChannelNormKernels& k;
+  const ChannelNormKernelsT<T>& k;
   int threads;
   bool stream;
+  size_t bytes;  // of x
 };
 
-Context ContextFor(const BatchNormJob& job) {
+template <class T>
+Context<T> ContextFor(const BatchNormJobT<T>& job) {
   const size_t elements = job.n * job.c * job.spatial;
+  const size_t bytes = elements * sizeof(T);
   // Streaming pays once x and y together overflow the cache: the second pass over x
   // then comes from memory too.
-  return {ChannelNormKernelsFor(CurrentTarget()), ThreadsFor(elements),
-          2 * elements * sizeof(float) >= kStreamBytes};
+  return {ChannelNormKernelsFor<T>(CurrentTarget()), ThreadsFor(elements),
+          2 * bytes >= kStreamBytes, bytes};
 }
 
 // Statistics of every channel of NCHW.
-nk_status AllStats(const Context& ctx, const BatchNormJob& job, SetStats* stats) {
-  const Planes planes(ctx.k, job);
+template <class T>
+nk_status AllStats(const Context<T>& ctx, const BatchNormJobT<T>& job, SetStats* stats) {
+  const Planes<T> planes(ctx.k, job);
   if (ShortPlanes(ctx.k, job)) {
     return RunShortPlanes(
         ctx.k, job, planes, ctx.threads, ctx.stream,
         [&](size_t ci, const SetStats& st) { stats[ci] = st; }, nullptr);
   }
-  if (!ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {
+  if (!ByChannel(job.c, ctx.bytes, ctx.threads)) {
     return AllPlaneStats(job, planes, ctx.threads, stats);
   }
   ParallelFor(ctx.threads, job.c, [&](size_t ci) { stats[ci] = planes.Stats(ci); });
@@ -398,9 +412,10 @@ nk_status AllStats(const Context& ctx, const BatchNormJob& job, SetStats* stats)
 
 }  // namespace
 
-nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
+template <class T>
+nk_status BatchNormTraining(const BatchNormJobT<T>& job, float* running_mean,
                             float* running_var, float* save_mean, float* save_rstd) {
-  const Context ctx = ContextFor(job);
+  const Context<T> ctx = ContextFor(job);
   const double count = static_cast<double>(job.n * job.spatial);
   const auto outputs = [&](size_t ci, const SetStats& st) {
     if (save_mean != nullptr) save_mean[ci] = st.mean_out;
@@ -413,7 +428,7 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
   };
   if (job.channels_last) {
     return RunColumns(ctx.k, job, ctx.threads, ctx.stream, ColumnPass::kTraining,
-                      [&](Columns& columns, size_t ci) {
+                      [&](Columns<T>& columns, size_t ci) {
                         const SetStats st = columns.Stats(ci);
                         outputs(ci, st);
                         columns.SetAffine(ci, TrainingAffine(job, ci, st));
@@ -424,16 +439,16 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
     SpanAffine* affine = affine_ws.Get(job.c);
     if (affine == nullptr) return OutOfMemory(job);
     return RunShortPlanes(
-        ctx.k, job, Planes(ctx.k, job), ctx.threads, ctx.stream,
+        ctx.k, job, Planes<T>(ctx.k, job), ctx.threads, ctx.stream,
         [&](size_t ci, const SetStats& st) {
           outputs(ci, st);
           affine[ci] = TrainingAffine(job, ci, st);
         },
         affine);
   }
-  if (ByChannel(job.c, job.n * job.c * job.spatial, ctx.threads)) {
+  if (ByChannel(job.c, ctx.bytes, ctx.threads)) {
     // Each channel normalized right after its statistics, while it is in cache.
-    const Planes planes(ctx.k, job);
+    const Planes<T> planes(ctx.k, job);
     ForEachPart(ctx.threads, [&](size_t t, size_t parts) {
       const size_t end = PartBegin(job.c, t + 1, parts);
       for (size_t ci = PartBegin(job.c, t, parts); ci < end; ++ci) {
@@ -459,16 +474,17 @@ nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
     outputs(ci, stats[ci]);
     affine[ci] = TrainingAffine(job, ci, stats[ci]);
   }
-  ApplyPlanes(Planes(ctx.k, job), ctx.threads, ctx.stream, affine);
+  ApplyPlanes(Planes<T>(ctx.k, job), ctx.threads, ctx.stream, affine);
   return NK_OK;
 }
 
-nk_status BatchNormInference(const BatchNormJob& job, const float* mean,
+template <class T>
+nk_status BatchNormInference(const BatchNormJobT<T>& job, const float* mean,
                              const float* var) {
-  const Context ctx = ContextFor(job);
+  const Context<T> ctx = ContextFor(job);
   if (job.channels_last) {
     return RunColumns(ctx.k, job, ctx.threads, ctx.stream, ColumnPass::kInference,
-                      [&](Columns& columns, size_t ci) {
+                      [&](Columns<T>& columns, size_t ci) {
                         columns.SetAffine(ci, InferenceAffine(job, ci, mean[ci], var[ci]));
                       });
   }
@@ -478,19 +494,20 @@ nk_status BatchNormInference(const BatchNormJob& job, const float* mean,
   for (size_t ci = 0; ci < job.c; ++ci) {
     affine[ci] = InferenceAffine(job, ci, mean[ci], var[ci]);
   }
-  ApplyPlanes(Planes(ctx.k, job), ctx.threads, ctx.stream, affine);
+  ApplyPlanes(Planes<T>(ctx.k, job), ctx.threads, ctx.stream, affine);
   return NK_OK;
 }
 
-nk_status BatchNormMoments(const BatchNormJob& job, float* mean, float* m2) {
-  const Context ctx = ContextFor(job);
+template <class T>
+nk_status BatchNormMoments(const BatchNormJobT<T>& job, float* mean, float* m2) {
+  const Context<T> ctx = ContextFor(job);
   const auto outputs = [&](size_t ci, const SetStats& st) {
     mean[ci] = st.mean_out;
     m2[ci] = static_cast<float>(M2Of(st));
   };
   if (job.channels_last) {
     return RunColumns(ctx.k, job, ctx.threads, ctx.stream, ColumnPass::kMoments,
-                      [&](Columns& columns, size_t ci) { outputs(ci, columns.Stats(ci)); });
+                      [&](Columns<T>& columns, size_t ci) { outputs(ci, columns.Stats(ci)); });
   }
   Workspace<SetStats, struct MomentsStatsTag> stats_ws;
   SetStats* stats = stats_ws.Get(job.c);
@@ -500,5 +517,16 @@ nk_status BatchNormMoments(const BatchNormJob& job, float* mean, float* m2) {
   for (size_t ci = 0; ci < job.c; ++ci) outputs(ci, stats[ci]);
   return NK_OK;
 }
+
+#define NK_BATCHNORM_FORWARDS(T)                                                      \
+  template nk_status BatchNormTraining(const BatchNormJobT<T>&, float*, float*, float*, \
+                                       float*);                                       \
+  template nk_status BatchNormInference(const BatchNormJobT<T>&, const float*,          \
+                                        const float*);                                \
+  template nk_status BatchNormMoments(const BatchNormJobT<T>&, float*, float*);
+NK_BATCHNORM_FORWARDS(float)
+NK_BATCHNORM_FORWARDS(hwy::bfloat16_t)
+NK_BATCHNORM_FORWARDS(hwy::float16_t)
+#undef NK_BATCHNORM_FORWARDS
 
 }  // namespace nk

@@ -13,55 +13,63 @@
 
 namespace nk {
 
-// One validated call with a non-empty tensor, as plain data. Optional pointers are
-// nullptr.
-struct BatchNormJob {
+// One validated call with a non-empty tensor of type T (float, hwy::bfloat16_t,
+// hwy::float16_t), as plain data. Optional pointers are nullptr.
+template <class T>
+struct BatchNormJobT {
   const char* function;  // the C entry point, for errors found after validation
   size_t n, c, spatial;
   bool channels_last;    // NHWC
-  const float* x;
+  const T* x;
   const float* gamma;    // [c]
   const float* beta;     // [c]
   float eps;
   float momentum;
-  float* y;
+  T* y;
 };
 
 // Training: batch statistics, y, save_mean / save_rstd, running stats (both or none).
-nk_status BatchNormTraining(const BatchNormJob& job, float* running_mean,
+template <class T>
+nk_status BatchNormTraining(const BatchNormJobT<T>& job, float* running_mean,
                             float* running_var, float* save_mean, float* save_rstd);
 
 // Inference: y from given per-channel mean and (biased or running) variance.
-nk_status BatchNormInference(const BatchNormJob& job, const float* mean,
+template <class T>
+nk_status BatchNormInference(const BatchNormJobT<T>& job, const float* mean,
                              const float* var);
 
 // The per-channel moments (mean, M2) of the tensor; job.y is unused.
-nk_status BatchNormMoments(const BatchNormJob& job, float* mean, float* m2);
+template <class T>
+nk_status BatchNormMoments(const BatchNormJobT<T>& job, float* mean, float* m2);
 
-// One validated backward call with a non-empty tensor, as plain data.
-struct BatchNormGradJob {
+// One validated backward call with a non-empty tensor of type T, as plain data.
+template <class T>
+struct BatchNormGradJobT {
   const char* function;  // the C entry point, for errors found after validation
   size_t n, c, spatial;
   bool channels_last;    // NHWC
-  const float* x;
-  const float* dy;
+  const T* x;
+  const T* dy;
   const float* mean;     // [c], the forward's saved statistics
   const float* rstd;     // [c]
   const float* gamma;    // [c] or nullptr (ones)
   double total_count;    // values per channel over every shard (n * spatial for one)
-  float* dx;             // unused by BatchNormBackwardReduce
+  T* dx;                 // unused by BatchNormBackwardReduce
 };
 
 // The whole backward: per channel sum_dy and sum_dy_xhat, then dx; dgamma =
 // sum_dy_xhat and dbeta = sum_dy where wanted (nullptr: not).
-nk_status BatchNormBackward(const BatchNormGradJob& job, float* dgamma, float* dbeta);
+template <class T>
+nk_status BatchNormBackward(const BatchNormGradJobT<T>& job, float* dgamma, float* dbeta);
 
 // The shard's two sums per channel.
-nk_status BatchNormBackwardReduce(const BatchNormGradJob& job, float* sum_dy,
+template <class T>
+nk_status BatchNormBackwardReduce(const BatchNormGradJobT<T>& job, float* sum_dy,
                                   float* sum_dy_xhat);
 
 // dx from sums over every shard and job.total_count.
-nk_status BatchNormBackwardApply(const BatchNormGradJob& job, const float* sum_dy,
+template <class T>
+nk_status BatchNormBackwardApply(const BatchNormGradJobT<T>& job, const float* sum_dy,
                                  const float* sum_dy_xhat);
 
 // running = (1 - momentum) * running + momentum * batch, with the unbiased variance

@@ -6,6 +6,7 @@
 
 #include <limits>
 
+#include "hwy/base.h"
 #include "include/normkernels.h"
 #include "kernels/batchnorm/batchnorm.h"
 #include "kernels/common/moments.h"
@@ -29,37 +30,36 @@ Validator& Shape(Validator& v, size_t n, size_t c, size_t spatial, size_t* per_c
   return Channels(v, c);
 }
 
-BatchNormJob Job(const char* function, size_t n, size_t c, size_t spatial,
-                 nk_layout layout, const float* x, const float* gamma, const float* beta,
-                 float eps, float momentum, float* y) {
+template <class T>
+BatchNormJobT<T> Job(const char* function, size_t n, size_t c, size_t spatial,
+                     nk_layout layout, const T* x, const float* gamma, const float* beta,
+                     float eps, float momentum, T* y) {
   return {function, n, c, spatial, layout == NK_LAYOUT_NHWC, x, gamma, beta, eps,
           momentum, y};
 }
 
-BatchNormGradJob GradJob(const char* function, size_t n, size_t c, size_t spatial,
-                         nk_layout layout, const float* x, const float* dy,
-                         const float* mean, const float* rstd, const float* gamma,
-                         double total_count, float* dx) {
+template <class T>
+BatchNormGradJobT<T> GradJob(const char* function, size_t n, size_t c, size_t spatial,
+                             nk_layout layout, const T* x, const T* dy,
+                             const float* mean, const float* rstd, const float* gamma,
+                             double total_count, T* dx) {
   return {function, n, c, spatial, layout == NK_LAYOUT_NHWC, x, dy, mean, rstd, gamma,
           total_count, dx};
 }
 
-}  // namespace
-}  // namespace nk
 
-extern "C" {
-
-nk_status nk_batchnorm_forward_training_f32(size_t n, size_t c, size_t spatial,
-                                            nk_layout layout, const float* x,
+template <class T>
+nk_status Training(const char* function, size_t n, size_t c, size_t spatial,
+                                            nk_layout layout, const T* x,
                                             const float* gamma, const float* beta,
                                             float eps, float momentum,
                                             float* running_mean, float* running_var,
-                                            float* y, float* save_mean,
+                                            T* y, float* save_mean,
                                             float* save_rstd) {
-  nk::Validator v(__func__);
+  Validator v(function);
   size_t per_channel = 0, elements = 0;
   v.Layout(layout).Eps(eps).Momentum(momentum);
-  nk::Shape(v, n, c, spatial, &per_channel, &elements)
+  Shape(v, n, c, spatial, &per_channel, &elements)
       .Require(per_channel != 1, NK_ERR_INVALID_SHAPE,
                "n * spatial is 1; training needs more than 1 value per channel");
   if (v.failed()) return v.status();
@@ -69,7 +69,7 @@ nk_status nk_batchnorm_forward_training_f32(size_t n, size_t c, size_t spatial,
       "%s is NULL but %s is not; pass both running statistics or neither",
       running_mean == nullptr ? "running_mean" : "running_var",
       running_mean == nullptr ? "running_var" : "running_mean");
-  const size_t bytes = elements * sizeof(float);
+  const size_t bytes = elements * sizeof(T);
   const size_t c_bytes = c * sizeof(float);
   v.NoOverlap({{"x", x, bytes, false},
                {"gamma", gamma, c_bytes, false},
@@ -81,24 +81,25 @@ nk_status nk_batchnorm_forward_training_f32(size_t n, size_t c, size_t spatial,
                {"save_rstd", save_rstd, c_bytes, true}},
               {{"y", "x"}});
   if (v.failed()) return v.status();
-  return nk::BatchNormTraining(
-      nk::Job(__func__, n, c, spatial, layout, x, gamma, beta, eps, momentum, y),
+  return BatchNormTraining(
+      Job<T>(function, n, c, spatial, layout, x, gamma, beta, eps, momentum, y),
       running_mean, running_var, save_mean, save_rstd);
 }
 
-nk_status nk_batchnorm_forward_inference_f32(size_t n, size_t c, size_t spatial,
-                                             nk_layout layout, const float* x,
+template <class T>
+nk_status Inference(const char* function, size_t n, size_t c, size_t spatial,
+                                             nk_layout layout, const T* x,
                                              const float* mean, const float* var,
                                              const float* gamma, const float* beta,
-                                             float eps, float* y) {
-  nk::Validator v(__func__);
+                                             float eps, T* y) {
+  Validator v(function);
   size_t per_channel = 0, elements = 0;
   v.Layout(layout).Eps(eps);
-  nk::Shape(v, n, c, spatial, &per_channel, &elements);
+  Shape(v, n, c, spatial, &per_channel, &elements);
   if (v.failed()) return v.status();
   if (elements == 0) return NK_OK;
   v.NotNull(x, "x").NotNull(mean, "mean").NotNull(var, "var").NotNull(y, "y");
-  const size_t bytes = elements * sizeof(float);
+  const size_t bytes = elements * sizeof(T);
   const size_t c_bytes = c * sizeof(float);
   v.NoOverlap({{"x", x, bytes, false},
                {"mean", mean, c_bytes, false},
@@ -108,23 +109,24 @@ nk_status nk_batchnorm_forward_inference_f32(size_t n, size_t c, size_t spatial,
                {"y", y, bytes, true}},
               {{"y", "x"}});
   if (v.failed()) return v.status();
-  return nk::BatchNormInference(
-      nk::Job(__func__, n, c, spatial, layout, x, gamma, beta, eps, 0.0f, y), mean, var);
+  return BatchNormInference(
+      Job<T>(function, n, c, spatial, layout, x, gamma, beta, eps, 0.0f, y), mean, var);
 }
 
-nk_status nk_batchnorm_moments_f32(size_t n, size_t c, size_t spatial,
-                                   nk_layout layout, const float* x, float* mean,
+template <class T>
+nk_status MomentsOf(const char* function, size_t n, size_t c, size_t spatial,
+                                   nk_layout layout, const T* x, float* mean,
                                    float* m2) {
-  nk::Validator v(__func__);
+  Validator v(function);
   size_t per_channel = 0, elements = 0;
   v.Layout(layout);
-  nk::Shape(v, n, c, spatial, &per_channel, &elements);
+  Shape(v, n, c, spatial, &per_channel, &elements);
   if (v.failed()) return v.status();
   if (c == 0) return NK_OK;
   if (per_channel != 0) v.NotNull(x, "x");
   v.NotNull(mean, "mean").NotNull(m2, "m2");
   const size_t c_bytes = c * sizeof(float);
-  v.NoOverlap({{"x", x, elements * sizeof(float), false},
+  v.NoOverlap({{"x", x, elements * sizeof(T), false},
                {"mean", mean, c_bytes, true},
                {"m2", m2, c_bytes, true}},
               {});
@@ -133,10 +135,181 @@ nk_status nk_batchnorm_moments_f32(size_t n, size_t c, size_t spatial,
     for (size_t ci = 0; ci < c; ++ci) mean[ci] = m2[ci] = 0.0f;
     return NK_OK;
   }
-  return nk::BatchNormMoments(
-      nk::Job(__func__, n, c, spatial, layout, x, nullptr, nullptr, 0.0f, 0.0f, nullptr),
+  return BatchNormMoments(
+      Job<T>(function, n, c, spatial, layout, x, nullptr, nullptr, 0.0f, 0.0f, nullptr),
       mean, m2);
 }
+
+template <class T>
+nk_status Backward(const char* function, size_t n, size_t c, size_t spatial, nk_layout layout,
+                                    const T* x, const T* dy,
+                                    const float* save_mean, const float* save_rstd,
+                                    const float* gamma, T* dx, float* dgamma,
+                                    float* dbeta) {
+  Validator v(function);
+  size_t per_channel = 0, elements = 0;
+  v.Layout(layout);
+  Shape(v, n, c, spatial, &per_channel, &elements);
+  if (v.failed()) return v.status();
+  if (elements == 0) return NK_OK;
+  v.NotNull(x, "x").NotNull(dy, "dy").NotNull(save_mean, "save_mean")
+      .NotNull(save_rstd, "save_rstd").NotNull(dx, "dx");
+  const size_t bytes = elements * sizeof(T);
+  const size_t c_bytes = c * sizeof(float);
+  v.NoOverlap({{"x", x, bytes, false},
+               {"dy", dy, bytes, false},
+               {"save_mean", save_mean, c_bytes, false},
+               {"save_rstd", save_rstd, c_bytes, false},
+               {"gamma", gamma, c_bytes, false},
+               {"dx", dx, bytes, true},
+               {"dgamma", dgamma, c_bytes, true},
+               {"dbeta", dbeta, c_bytes, true}},
+              {{"dx", "dy"}});
+  if (v.failed()) return v.status();
+  return BatchNormBackward(
+      GradJob<T>(function, n, c, spatial, layout, x, dy, save_mean, save_rstd, gamma,
+                  static_cast<double>(per_channel), dx),
+      dgamma, dbeta);
+}
+
+template <class T>
+nk_status BackwardReduce(const char* function, size_t n, size_t c, size_t spatial,
+                                           nk_layout layout, const T* x,
+                                           const T* dy, const float* mean,
+                                           const float* rstd, float* sum_dy,
+                                           float* sum_dy_xhat) {
+  Validator v(function);
+  size_t per_channel = 0, elements = 0;
+  v.Layout(layout);
+  Shape(v, n, c, spatial, &per_channel, &elements);
+  if (v.failed()) return v.status();
+  if (c == 0) return NK_OK;
+  if (per_channel != 0) v.NotNull(x, "x").NotNull(dy, "dy");
+  v.NotNull(mean, "mean").NotNull(rstd, "rstd").NotNull(sum_dy, "sum_dy")
+      .NotNull(sum_dy_xhat, "sum_dy_xhat");
+  const size_t bytes = elements * sizeof(T);
+  const size_t c_bytes = c * sizeof(float);
+  v.NoOverlap({{"x", x, bytes, false},
+               {"dy", dy, bytes, false},
+               {"mean", mean, c_bytes, false},
+               {"rstd", rstd, c_bytes, false},
+               {"sum_dy", sum_dy, c_bytes, true},
+               {"sum_dy_xhat", sum_dy_xhat, c_bytes, true}},
+              {});
+  if (v.failed()) return v.status();
+  if (per_channel == 0) {  // an empty shard: sums of nothing
+    for (size_t ci = 0; ci < c; ++ci) sum_dy[ci] = sum_dy_xhat[ci] = 0.0f;
+    return NK_OK;
+  }
+  return BatchNormBackwardReduce(
+      GradJob<T>(function, n, c, spatial, layout, x, dy, mean, rstd, nullptr,
+                  static_cast<double>(per_channel), nullptr),
+      sum_dy, sum_dy_xhat);
+}
+
+template <class T>
+nk_status BackwardApply(const char* function, size_t n, size_t c, size_t spatial,
+                                          nk_layout layout, const T* x,
+                                          const T* dy, const float* mean,
+                                          const float* rstd, const float* gamma,
+                                          uint64_t total_count, const float* sum_dy,
+                                          const float* sum_dy_xhat, T* dx) {
+  Validator v(function);
+  size_t per_channel = 0, elements = 0;
+  v.Layout(layout);
+  Shape(v, n, c, spatial, &per_channel, &elements)
+      .Require(total_count >= per_channel, NK_ERR_INVALID_SHAPE,
+               "total_count is %llu, fewer than this shard's n * spatial (%zu)",
+               static_cast<unsigned long long>(total_count), per_channel);
+  if (v.failed()) return v.status();
+  if (elements == 0) return NK_OK;
+  v.NotNull(x, "x").NotNull(dy, "dy").NotNull(mean, "mean").NotNull(rstd, "rstd")
+      .NotNull(sum_dy, "sum_dy").NotNull(sum_dy_xhat, "sum_dy_xhat").NotNull(dx, "dx");
+  const size_t bytes = elements * sizeof(T);
+  const size_t c_bytes = c * sizeof(float);
+  v.NoOverlap({{"x", x, bytes, false},
+               {"dy", dy, bytes, false},
+               {"mean", mean, c_bytes, false},
+               {"rstd", rstd, c_bytes, false},
+               {"gamma", gamma, c_bytes, false},
+               {"sum_dy", sum_dy, c_bytes, false},
+               {"sum_dy_xhat", sum_dy_xhat, c_bytes, false},
+               {"dx", dx, bytes, true}},
+              {{"dx", "dy"}});
+  if (v.failed()) return v.status();
+  return BatchNormBackwardApply(
+      GradJob<T>(function, n, c, spatial, layout, x, dy, mean, rstd, gamma,
+                  static_cast<double>(total_count), dx),
+      sum_dy, sum_dy_xhat);
+}
+
+template <class T, class C>
+const T* As(const C* p) {
+  return reinterpret_cast<const T*>(p);
+}
+template <class T, class C>
+T* As(C* p) {
+  return reinterpret_cast<T*>(p);
+}
+
+}  // namespace
+}  // namespace nk
+
+extern "C" {
+
+// The tensor kernels for tensors of CTYPE (the C type) held as ELEM (the kernels'
+// type), named with SUFFIX.
+#define NK_BATCHNORM_KERNELS(SUFFIX, CTYPE, ELEM)                                        \
+  nk_status nk_batchnorm_forward_training_##SUFFIX(                                      \
+      size_t n, size_t c, size_t spatial, nk_layout layout, const CTYPE* x,              \
+      const float* gamma, const float* beta, float eps, float momentum,                  \
+      float* running_mean, float* running_var, CTYPE* y, float* save_mean,               \
+      float* save_rstd) {                                                                \
+    return nk::Training<ELEM>(__func__, n, c, spatial, layout, nk::As<ELEM>(x), gamma,   \
+                              beta, eps, momentum, running_mean, running_var,            \
+                              nk::As<ELEM>(y), save_mean, save_rstd);                    \
+  }                                                                                      \
+  nk_status nk_batchnorm_forward_inference_##SUFFIX(                                     \
+      size_t n, size_t c, size_t spatial, nk_layout layout, const CTYPE* x,              \
+      const float* mean, const float* var, const float* gamma, const float* beta,        \
+      float eps, CTYPE* y) {                                                             \
+    return nk::Inference<ELEM>(__func__, n, c, spatial, layout, nk::As<ELEM>(x), mean,   \
+                               var, gamma, beta, eps, nk::As<ELEM>(y));                  \
+  }                                                                                      \
+  nk_status nk_batchnorm_moments_##SUFFIX(size_t n, size_t c, size_t spatial,            \
+                                          nk_layout layout, const CTYPE* x, float* mean, \
+                                          float* m2) {                                   \
+    return nk::MomentsOf<ELEM>(__func__, n, c, spatial, layout, nk::As<ELEM>(x), mean,   \
+                               m2);                                                      \
+  }                                                                                      \
+  nk_status nk_batchnorm_backward_##SUFFIX(                                              \
+      size_t n, size_t c, size_t spatial, nk_layout layout, const CTYPE* x,              \
+      const CTYPE* dy, const float* save_mean, const float* save_rstd,                   \
+      const float* gamma, CTYPE* dx, float* dgamma, float* dbeta) {                      \
+    return nk::Backward<ELEM>(__func__, n, c, spatial, layout, nk::As<ELEM>(x),          \
+                              nk::As<ELEM>(dy), save_mean, save_rstd, gamma,             \
+                              nk::As<ELEM>(dx), dgamma, dbeta);                          \
+  }                                                                                      \
+  nk_status nk_batchnorm_backward_reduce_##SUFFIX(                                       \
+      size_t n, size_t c, size_t spatial, nk_layout layout, const CTYPE* x,              \
+      const CTYPE* dy, const float* mean, const float* rstd, float* sum_dy,              \
+      float* sum_dy_xhat) {                                                              \
+    return nk::BackwardReduce<ELEM>(__func__, n, c, spatial, layout, nk::As<ELEM>(x),    \
+                                    nk::As<ELEM>(dy), mean, rstd, sum_dy, sum_dy_xhat);  \
+  }                                                                                      \
+  nk_status nk_batchnorm_backward_apply_##SUFFIX(                                        \
+      size_t n, size_t c, size_t spatial, nk_layout layout, const CTYPE* x,              \
+      const CTYPE* dy, const float* mean, const float* rstd, const float* gamma,         \
+      uint64_t total_count, const float* sum_dy, const float* sum_dy_xhat, CTYPE* dx) {  \
+    return nk::BackwardApply<ELEM>(__func__, n, c, spatial, layout, nk::As<ELEM>(x),     \
+                                   nk::As<ELEM>(dy), mean, rstd, gamma, total_count,     \
+                                   sum_dy, sum_dy_xhat, nk::As<ELEM>(dx));               \
+  }
+
+NK_BATCHNORM_KERNELS(f32, float, float)
+NK_BATCHNORM_KERNELS(bf16, nk_bf16, hwy::bfloat16_t)
+NK_BATCHNORM_KERNELS(f16, nk_f16, hwy::float16_t)
+#undef NK_BATCHNORM_KERNELS
 
 nk_status nk_moments_merge_f32(size_t c, uint64_t count_a, const float* mean_a,
                                const float* m2_a, uint64_t count_b, const float* mean_b,
@@ -198,106 +371,6 @@ nk_status nk_batchnorm_update_running_f32(size_t c, uint64_t count, const float*
                       running_var + ci);
   }
   return NK_OK;
-}
-
-nk_status nk_batchnorm_backward_f32(size_t n, size_t c, size_t spatial, nk_layout layout,
-                                    const float* x, const float* dy,
-                                    const float* save_mean, const float* save_rstd,
-                                    const float* gamma, float* dx, float* dgamma,
-                                    float* dbeta) {
-  nk::Validator v(__func__);
-  size_t per_channel = 0, elements = 0;
-  v.Layout(layout);
-  nk::Shape(v, n, c, spatial, &per_channel, &elements);
-  if (v.failed()) return v.status();
-  if (elements == 0) return NK_OK;
-  v.NotNull(x, "x").NotNull(dy, "dy").NotNull(save_mean, "save_mean")
-      .NotNull(save_rstd, "save_rstd").NotNull(dx, "dx");
-  const size_t bytes = elements * sizeof(float);
-  const size_t c_bytes = c * sizeof(float);
-  v.NoOverlap({{"x", x, bytes, false},
-               {"dy", dy, bytes, false},
-               {"save_mean", save_mean, c_bytes, false},
-               {"save_rstd", save_rstd, c_bytes, false},
-               {"gamma", gamma, c_bytes, false},
-               {"dx", dx, bytes, true},
-               {"dgamma", dgamma, c_bytes, true},
-               {"dbeta", dbeta, c_bytes, true}},
-              {{"dx", "dy"}});
-  if (v.failed()) return v.status();
-  return nk::BatchNormBackward(
-      nk::GradJob(__func__, n, c, spatial, layout, x, dy, save_mean, save_rstd, gamma,
-                  static_cast<double>(per_channel), dx),
-      dgamma, dbeta);
-}
-
-nk_status nk_batchnorm_backward_reduce_f32(size_t n, size_t c, size_t spatial,
-                                           nk_layout layout, const float* x,
-                                           const float* dy, const float* mean,
-                                           const float* rstd, float* sum_dy,
-                                           float* sum_dy_xhat) {
-  nk::Validator v(__func__);
-  size_t per_channel = 0, elements = 0;
-  v.Layout(layout);
-  nk::Shape(v, n, c, spatial, &per_channel, &elements);
-  if (v.failed()) return v.status();
-  if (c == 0) return NK_OK;
-  if (per_channel != 0) v.NotNull(x, "x").NotNull(dy, "dy");
-  v.NotNull(mean, "mean").NotNull(rstd, "rstd").NotNull(sum_dy, "sum_dy")
-      .NotNull(sum_dy_xhat, "sum_dy_xhat");
-  const size_t bytes = elements * sizeof(float);
-  const size_t c_bytes = c * sizeof(float);
-  v.NoOverlap({{"x", x, bytes, false},
-               {"dy", dy, bytes, false},
-               {"mean", mean, c_bytes, false},
-               {"rstd", rstd, c_bytes, false},
-               {"sum_dy", sum_dy, c_bytes, true},
-               {"sum_dy_xhat", sum_dy_xhat, c_bytes, true}},
-              {});
-  if (v.failed()) return v.status();
-  if (per_channel == 0) {  // an empty shard: sums of nothing
-    for (size_t ci = 0; ci < c; ++ci) sum_dy[ci] = sum_dy_xhat[ci] = 0.0f;
-    return NK_OK;
-  }
-  return nk::BatchNormBackwardReduce(
-      nk::GradJob(__func__, n, c, spatial, layout, x, dy, mean, rstd, nullptr,
-                  static_cast<double>(per_channel), nullptr),
-      sum_dy, sum_dy_xhat);
-}
-
-nk_status nk_batchnorm_backward_apply_f32(size_t n, size_t c, size_t spatial,
-                                          nk_layout layout, const float* x,
-                                          const float* dy, const float* mean,
-                                          const float* rstd, const float* gamma,
-                                          uint64_t total_count, const float* sum_dy,
-                                          const float* sum_dy_xhat, float* dx) {
-  nk::Validator v(__func__);
-  size_t per_channel = 0, elements = 0;
-  v.Layout(layout);
-  nk::Shape(v, n, c, spatial, &per_channel, &elements)
-      .Require(total_count >= per_channel, NK_ERR_INVALID_SHAPE,
-               "total_count is %llu, fewer than this shard's n * spatial (%zu)",
-               static_cast<unsigned long long>(total_count), per_channel);
-  if (v.failed()) return v.status();
-  if (elements == 0) return NK_OK;
-  v.NotNull(x, "x").NotNull(dy, "dy").NotNull(mean, "mean").NotNull(rstd, "rstd")
-      .NotNull(sum_dy, "sum_dy").NotNull(sum_dy_xhat, "sum_dy_xhat").NotNull(dx, "dx");
-  const size_t bytes = elements * sizeof(float);
-  const size_t c_bytes = c * sizeof(float);
-  v.NoOverlap({{"x", x, bytes, false},
-               {"dy", dy, bytes, false},
-               {"mean", mean, c_bytes, false},
-               {"rstd", rstd, c_bytes, false},
-               {"gamma", gamma, c_bytes, false},
-               {"sum_dy", sum_dy, c_bytes, false},
-               {"sum_dy_xhat", sum_dy_xhat, c_bytes, false},
-               {"dx", dx, bytes, true}},
-              {{"dx", "dy"}});
-  if (v.failed()) return v.status();
-  return nk::BatchNormBackwardApply(
-      nk::GradJob(__func__, n, c, spatial, layout, x, dy, mean, rstd, gamma,
-                  static_cast<double>(total_count), dx),
-      sum_dy, sum_dy_xhat);
 }
 
 }  // extern "C"

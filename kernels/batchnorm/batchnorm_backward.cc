@@ -25,14 +25,16 @@ namespace nk {
 
 namespace {
 
-nk_status OutOfMemory(const BatchNormGradJob& job) {
+template <class Job>
+nk_status OutOfMemory(const Job& job) {
   return SetError(NK_ERR_OUT_OF_MEMORY, "%s: out of memory for per-channel partial sums",
                   job.function);
 }
 
 // The channel's map from its sums over every shard (of dy and of dy * x_hat), each
 // factor computed in double and rounded once.
-SpanGrad GradMap(const BatchNormGradJob& job, size_t ci, float sum_dy,
+template <class Job>
+SpanGrad GradMap(const Job& job, size_t ci, float sum_dy,
                  float sum_dy_xhat) {
   const double m = job.total_count;
   const double gamma = job.gamma != nullptr ? job.gamma[ci] : 1.0;
@@ -41,25 +43,28 @@ SpanGrad GradMap(const BatchNormGradJob& job, size_t ci, float sum_dy,
           static_cast<float>(gamma * static_cast<double>(job.rstd[ci])), 1.0f};
 }
 
+template <class T>
 struct Context {
-  const ChannelNormKernels& k;
+  const ChannelNormKernelsT<T>& k;
   int threads;
   bool from_memory;  // x and dy far larger than the cache: lines asked for ahead
   bool stream;       // dx written with non-temporal stores
 };
 
-Context ContextFor(const BatchNormGradJob& job, size_t tensors) {
+template <class T>
+Context<T> ContextFor(const BatchNormGradJobT<T>& job, size_t tensors) {
   const size_t elements = job.n * job.c * job.spatial;
-  const bool big = tensors * elements * sizeof(float) >= kStreamBytes;
-  return {ChannelNormKernelsFor(CurrentTarget()), ThreadsFor(elements), big,
+  const bool big = tensors * elements * sizeof(T) >= kStreamBytes;
+  return {ChannelNormKernelsFor<T>(CurrentTarget()), ThreadsFor(elements), big,
           big && job.dx != nullptr};
 }
 
 // ---------------------------------------------------------------- NCHW
 
+template <class T>
 class GradPlanes {
  public:
-  GradPlanes(const Context& ctx, const BatchNormGradJob& job)
+  GradPlanes(const Context<T>& ctx, const BatchNormGradJobT<T>& job)
       : ctx_(ctx),
         job_(job),
         whole_(job.spatial <= kChunk),
@@ -127,8 +132,8 @@ class GradPlanes {
     *len = std::min(kChunk, job_.spatial - *offset);
   }
 
-  const Context& ctx_;
-  const BatchNormGradJob& job_;
+  const Context<T>& ctx_;
+  const BatchNormGradJobT<T>& job_;
   const bool whole_;  // pieces of whole planes
   const size_t planes_per_piece_, chunks_, pieces_;
 };
@@ -141,10 +146,10 @@ bool ByChannel(size_t c, int threads) {
 
 // The sums of every channel of NCHW, finish(ci, sums) called for each on the thread
 // that added them; then, with `maps` (set by finish), dx.
-template <class Finish>
-nk_status RunPlanes(const Context& ctx, const BatchNormGradJob& job, const Finish& finish,
-                    SpanGrad* maps) {
-  const GradPlanes planes(ctx, job);
+template <class T, class Finish>
+nk_status RunPlanes(const Context<T>& ctx, const BatchNormGradJobT<T>& job,
+                    const Finish& finish, SpanGrad* maps) {
+  const GradPlanes<T> planes(ctx, job);
   if (ByChannel(job.c, ctx.threads)) {
     ForEachPart(ctx.threads, [&](size_t t, size_t parts) {
       const size_t end = PartBegin(job.c, t + 1, parts);
@@ -182,9 +187,10 @@ nk_status RunPlanes(const Context& ctx, const BatchNormGradJob& job, const Finis
 
 // ---------------------------------------------------------------- NHWC
 
+template <class T>
 class GradColumns {
  public:
-  GradColumns(const Context& ctx, const BatchNormGradJob& job)
+  GradColumns(const Context<T>& ctx, const BatchNormGradJobT<T>& job)
       : ctx_(ctx),
         job_(job),
         rows_(job.n * job.spatial, job.c),
@@ -256,8 +262,8 @@ class GradColumns {
   float* SumDy(size_t chunk) { return sums_ + 2 * chunk * job_.c; }
   float* SumDyXhat(size_t chunk) { return sums_ + (2 * chunk + 1) * job_.c; }
 
-  const Context& ctx_;
-  const BatchNormGradJob& job_;
+  const Context<T>& ctx_;
+  const BatchNormGradJobT<T>& job_;
   const ColumnRows rows_;
   const size_t scratch_floats_;
   Workspace<float, struct ColumnGradSumsTag> sums_ws_;
@@ -271,10 +277,10 @@ class GradColumns {
 // One NHWC call in one region: the sums (`measure`), after a barrier their merge and
 // finish(columns, ci) for each channel on the thread that owns it (it sets the map
 // where dx is wanted), after another barrier dx (`apply`).
-template <class Finish>
-nk_status RunColumns(const Context& ctx, const BatchNormGradJob& job, bool measure,
+template <class T, class Finish>
+nk_status RunColumns(const Context<T>& ctx, const BatchNormGradJobT<T>& job, bool measure,
                      bool apply, const Finish& finish) {
-  GradColumns columns(ctx, job);
+  GradColumns<T> columns(ctx, job);
   if (!columns.Reserve(measure, apply)) return OutOfMemory(job);
   SpinBarrier barrier;
   ForEachPart(ctx.threads, [&](size_t t, size_t parts) {
@@ -294,8 +300,10 @@ nk_status RunColumns(const Context& ctx, const BatchNormGradJob& job, bool measu
 
 }  // namespace
 
-nk_status BatchNormBackward(const BatchNormGradJob& job, float* dgamma, float* dbeta) {
-  const Context ctx = ContextFor(job, 3);
+template <class T>
+nk_status BatchNormBackward(const BatchNormGradJobT<T>& job, float* dgamma,
+                            float* dbeta) {
+  const Context<T> ctx = ContextFor(job, 3);
   // The channel's sums as the outputs and the map; SpanGrad is set where dx needs it.
   const auto finish = [&](size_t ci, const GradSums& s) {
     const float sum_dy_xhat = s.a_xhat;
@@ -304,7 +312,7 @@ nk_status BatchNormBackward(const BatchNormGradJob& job, float* dgamma, float* d
     return GradMap(job, ci, s.a, sum_dy_xhat);
   };
   if (job.channels_last) {
-    return RunColumns(ctx, job, true, true, [&](GradColumns& columns, size_t ci) {
+    return RunColumns(ctx, job, true, true, [&](GradColumns<T>& columns, size_t ci) {
       columns.SetMap(ci, finish(ci, columns.Sums(ci)));
     });
   }
@@ -315,26 +323,28 @@ nk_status BatchNormBackward(const BatchNormGradJob& job, float* dgamma, float* d
       ctx, job, [&](size_t ci, const GradSums& s) { maps[ci] = finish(ci, s); }, maps);
 }
 
-nk_status BatchNormBackwardReduce(const BatchNormGradJob& job, float* sum_dy,
+template <class T>
+nk_status BatchNormBackwardReduce(const BatchNormGradJobT<T>& job, float* sum_dy,
                                   float* sum_dy_xhat) {
-  const Context ctx = ContextFor(job, 2);
+  const Context<T> ctx = ContextFor(job, 2);
   const auto finish = [&](size_t ci, const GradSums& s) {
     sum_dy[ci] = s.a;
     sum_dy_xhat[ci] = s.a_xhat;
   };
   if (job.channels_last) {
-    return RunColumns(ctx, job, true, false, [&](GradColumns& columns, size_t ci) {
+    return RunColumns(ctx, job, true, false, [&](GradColumns<T>& columns, size_t ci) {
       finish(ci, columns.Sums(ci));
     });
   }
   return RunPlanes(ctx, job, finish, nullptr);
 }
 
-nk_status BatchNormBackwardApply(const BatchNormGradJob& job, const float* sum_dy,
+template <class T>
+nk_status BatchNormBackwardApply(const BatchNormGradJobT<T>& job, const float* sum_dy,
                                  const float* sum_dy_xhat) {
-  const Context ctx = ContextFor(job, 3);
+  const Context<T> ctx = ContextFor(job, 3);
   if (job.channels_last) {
-    return RunColumns(ctx, job, false, true, [&](GradColumns& columns, size_t ci) {
+    return RunColumns(ctx, job, false, true, [&](GradColumns<T>& columns, size_t ci) {
       columns.SetMap(ci, GradMap(job, ci, sum_dy[ci], sum_dy_xhat[ci]));
     });
   }
@@ -344,10 +354,21 @@ nk_status BatchNormBackwardApply(const BatchNormGradJob& job, const float* sum_d
   for (size_t ci = 0; ci < job.c; ++ci) {
     maps[ci] = GradMap(job, ci, sum_dy[ci], sum_dy_xhat[ci]);
   }
-  const GradPlanes planes(ctx, job);
+  const GradPlanes<T> planes(ctx, job);
   ForEachPart(ctx.threads,
               [&](size_t t, size_t parts) { planes.ApplyInOrder(t, parts, maps); });
   return NK_OK;
 }
+
+#define NK_BATCHNORM_BACKWARDS(T)                                                     \
+  template nk_status BatchNormBackward(const BatchNormGradJobT<T>&, float*, float*);  \
+  template nk_status BatchNormBackwardReduce(const BatchNormGradJobT<T>&, float*,     \
+                                             float*);                                 \
+  template nk_status BatchNormBackwardApply(const BatchNormGradJobT<T>&, const float*, \
+                                            const float*);
+NK_BATCHNORM_BACKWARDS(float)
+NK_BATCHNORM_BACKWARDS(hwy::bfloat16_t)
+NK_BATCHNORM_BACKWARDS(hwy::float16_t)
+#undef NK_BATCHNORM_BACKWARDS
 
 }  // namespace nk

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <new>
+#include <type_traits>
 #include <vector>
 
 #include "hwy/cache_control.h"
@@ -48,40 +49,45 @@ namespace hn = hwy::HWY_NAMESPACE;
 // 8x64x1024 63 -> 74 us.
 constexpr size_t kLinePairSpan = 3072;
 
-Moments ChannelSpanMoments(const float* x, size_t n, float scale, const float* begin,
-                           const float* end) {
+template <class T>
+Moments ChannelSpanMoments(const T* x, size_t n, float scale, const T* begin,
+                           const T* end) {
   const hn::ScalableTag<float> d;
+  using Source = TensorSource<T>;
   if (scale != 1.0f) {
-    return SpanMoments<true>(d, ScaledSource<F32Source>{F32Source{x}, scale}, 0, n);
+    return SpanMoments<true>(d, ScaledSource<Source>{Source{x}, scale}, 0, n);
   }
 #ifdef NK_LINE_PAIRS
-  if (n >= kLinePairSpan && LinePairSource::Fits(x, 0, n, begin, end)) {
-    return SpanMomentsAhead<true>(d, LinePairSource(x), 0, n, kReadAheadBytes);
+  if constexpr (std::is_same_v<T, float>) {
+    if (n >= kLinePairSpan && LinePairSource::Fits(x, 0, n, begin, end)) {
+      return SpanMomentsAhead<true>(d, LinePairSource(x), 0, n, kReadAheadBytes);
+    }
   }
-#else
-  (void)begin, (void)end;
 #endif
-  return SpanMomentsAhead<true>(d, F32Source{x}, 0, n, kReadAheadBytes);
+  (void)begin, (void)end;
+  return SpanMomentsAhead<true>(d, Source{x}, 0, n, kReadAheadBytes);
 }
 
-float ChannelSpanMaxAbs(const float* x, size_t n) {
-  return SpanMaxAbs(hn::ScalableTag<float>(), F32Source{x}, 0, n);
+template <class T>
+float ChannelSpanMaxAbs(const T* x, size_t n) {
+  return SpanMaxAbs(hn::ScalableTag<float>(), TensorSource<T>{x}, 0, n);
 }
 
 // y[i] = value(d, i) over [0, n), four vectors a step. With `stream`, the whole lines
 // from y's first line boundary on take non-temporal stores (sources-inl.h), the rest
 // regular ones. y may be an input of value: each vector is read before it is written.
-template <class Value>
-HWY_INLINE void StoreSpan(size_t n, bool stream, float* y, const Value& value) {
-  const auto store = [&](auto d, size_t i) HWY_ATTR { hn::StoreU(value(d, i), d, y + i); };
+template <class T, class Value>
+HWY_INLINE void StoreSpan(size_t n, bool stream, T* y, const Value& value) {
+  const auto store = [&](auto d, size_t i) HWY_ATTR { StoreElems(value(d, i), d, y + i); };
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   size_t i = 0;
-  if (stream && reinterpret_cast<uintptr_t>(y) % sizeof(float) == 0) {
+  if (stream && reinterpret_cast<uintptr_t>(y) % sizeof(T) == 0) {
     const hn::CappedTag<float, 1> d1;
+    constexpr size_t kLine = kLineElems<T>;
     for (const size_t head = HWY_MIN(HeadToLine(y), n); i < head; ++i) store(d1, i);
-    const size_t lines_end = i + (n - i) / kLineFloats * kLineFloats;
-    for (; i + N <= lines_end; i += N) hn::Stream(value(d, i), d, y + i);
+    const size_t lines_end = i + (n - i) / kLine * kLine;
+    for (; i + N <= lines_end; i += N) StreamElems(value(d, i), d, y + i);
   }
   for (; i + 4 * N <= n; i += 4 * N) {
     store(d, i);
@@ -92,11 +98,10 @@ HWY_INLINE void StoreSpan(size_t n, bool stream, float* y, const Value& value) {
   ForEachVector(d, i, n, store);
 }
 
-template <bool kCenter, bool kScaled>
-HWY_INLINE void AffineSpan(const float* x, size_t n, const SpanAffine& a, bool stream,
-                           float* y) {
+template <bool kCenter, bool kScaled, class T>
+HWY_INLINE void AffineSpan(const T* x, size_t n, const SpanAffine& a, bool stream, T* y) {
   StoreSpan(n, stream, y, [&](auto d, size_t i) HWY_ATTR {
-    auto v = hn::LoadU(d, x + i);
+    auto v = LoadElems(d, x + i);
     if (kScaled && kCenter) {
       v = hn::MulSub(v, hn::Set(d, a.scale), hn::Set(d, a.shift));
     } else if (kScaled) {
@@ -110,8 +115,8 @@ HWY_INLINE void AffineSpan(const float* x, size_t n, const SpanAffine& a, bool s
 }
 
 // y may be x: each element is read before it is written.
-void ChannelSpanApply(const float* x, size_t n, const SpanAffine& a, bool stream,
-                      float* y) {
+template <class T>
+void ChannelSpanApply(const T* x, size_t n, const SpanAffine& a, bool stream, T* y) {
   const bool scaled = a.scale != 1.0f;
   if (a.center) {
     scaled ? AffineSpan<true, true>(x, n, a, stream, y)
@@ -129,13 +134,14 @@ void ChannelSpanApply(const float* x, size_t n, const SpanAffine& a, bool stream
 // once per channel.
 constexpr size_t kShortPlaneVectors = 32;
 
-size_t ShortPlaneMax() { return kShortPlaneVectors * hn::Lanes(hn::ScalableTag<float>()); }
+inline size_t ShortPlaneMax() { return kShortPlaneVectors * hn::Lanes(hn::ScalableTag<float>()); }
 
-size_t ShortPlaneScratchFloats(size_t n, size_t channels) {
+inline size_t ShortPlaneScratchFloats(size_t n, size_t channels) {
   return ColumnLevels(n) * channels * 2 * (hn::Lanes(hn::ScalableTag<float>()) + 1);
 }
 
-void ShortPlaneMoments(const float* x, size_t n, size_t c, size_t spatial, size_t c0,
+template <class T>
+void ShortPlaneMoments(const T* x, size_t n, size_t c, size_t spatial, size_t c0,
                        size_t c1, float* scratch, Moments* out) {
   const hn::ScalableTag<float> d;
   const hn::CappedTag<float, 1> d1;
@@ -148,19 +154,19 @@ void ShortPlaneMoments(const float* x, size_t n, size_t c, size_t spatial, size_
   float* tail_m2 = tail_mean + levels * width;
   for (size_t ni = 0; ni < n; ++ni) {
     for (size_t k = 0; k < width; ++k) {
-      const float* p = x + (ni * c + c0 + k) * spatial;
-      PrefetchAhead(F32Source{p}, 0, spatial, kReadAheadBytes);
+      const T* p = x + (ni * c + c0 + k) * spatial;
+      PrefetchAhead(TensorSource<T>{p}, 0, spatial, kReadAheadBytes);
       if (nvec != 0) {
         hn::Vec<decltype(d)> mean, m2;
         BlockMomentsOf<true>(
-            d, [&](size_t v) HWY_ATTR { return hn::LoadU(d, p + v * N); }, nvec, mean, m2);
+            d, [&](size_t v) HWY_ATTR { return LoadElems(d, p + v * N); }, nvec, mean, m2);
         AddToLaneTree<true>(d, ni, mean, m2, static_cast<float>(nvec), vec_mean + k * N,
                             vec_m2 + k * N, width * N);
       }
       if (tail != 0) {
         hn::Vec<decltype(d1)> mean, m2;
         BlockMomentsOf<true>(
-            d1, [&](size_t v) HWY_ATTR { return hn::LoadU(d1, p + nvec * N + v); }, tail,
+            d1, [&](size_t v) HWY_ATTR { return LoadElems(d1, p + nvec * N + v); }, tail,
             mean, m2);
         AddToLaneTree<true>(d1, ni, mean, m2, static_cast<float>(tail), tail_mean + k,
                             tail_m2 + k, width);
@@ -198,7 +204,8 @@ HWY_INLINE void ForEachColumnGroup(size_t c, const Func& f) {
 
 // Per-column moments of a [rows][c] matrix (rows >= 1) by blocks of kBlockVectors
 // rows in a pairwise tree per column; scratch holds the tree's levels.
-void ColumnMomentsTree(const float* x, size_t rows, size_t c, bool from_memory,
+template <class T>
+void ColumnMomentsTree(const T* x, size_t rows, size_t c, bool from_memory,
                        float* scratch, float* mean_out, float* m2_out) {
   constexpr size_t K = kBlockVectors;
   const size_t levels = ColumnLevels(rows);
@@ -206,21 +213,21 @@ void ColumnMomentsTree(const float* x, size_t rows, size_t c, bool from_memory,
   float* level_m2 = scratch + levels * c;
   const size_t blocks = rows / K;
   for (size_t b = 0; b < blocks; ++b) {
-    const float* xb = x + b * K * c;
+    const T* xb = x + b * K * c;
     // Only from memory: for x in the cache the requests (a line in every row of the
     // block) cost more than they save (NHWC statistics of 784 KiB and of 6.4 MiB,
     // 1 thread: 7-14% faster without).
-    if (from_memory) PrefetchAhead(F32Source{xb}, 0, K * c, kReadAheadBytes);
+    if (from_memory) PrefetchAhead(TensorSource<T>{xb}, 0, K * c, kReadAheadBytes);
     ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
       hn::Vec<decltype(d)> mean, m2;
       FullBlockMomentsOf<true, K>(
-          d, [&](size_t k) HWY_ATTR { return hn::LoadU(d, xb + k * c + j); }, mean, m2);
+          d, [&](size_t k) HWY_ATTR { return LoadElems(d, xb + k * c + j); }, mean, m2);
       AddToLaneTree<true>(d, b, mean, m2, static_cast<float>(K), level_mean + j,
                           level_m2 + j, c);
     });
   }
   const size_t rest = rows - blocks * K;
-  const float* xr = x + blocks * K * c;
+  const T* xr = x + blocks * K * c;
   ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
     hn::Vec<decltype(d)> mean, m2;
     const float count = CollapseLaneTree<true>(d, blocks, static_cast<float>(K),
@@ -228,7 +235,7 @@ void ColumnMomentsTree(const float* x, size_t rows, size_t c, bool from_memory,
     if (rest != 0) {
       hn::Vec<decltype(d)> rest_mean, rest_m2;
       BlockMomentsOf<true>(
-          d, [&](size_t k) HWY_ATTR { return hn::LoadU(d, xr + k * c + j); }, rest,
+          d, [&](size_t k) HWY_ATTR { return LoadElems(d, xr + k * c + j); }, rest,
           rest_mean, rest_m2);
       AddLanes<true>(d, mean, m2, count, rest_mean, rest_m2, static_cast<float>(rest));
     }
@@ -249,7 +256,8 @@ HWY_INLINE void FoldColumns(size_t half, float count, float* mean, float* m2) {
   });
 }
 
-void ColumnMoments(const float* x, size_t rows, size_t c, bool from_memory,
+template <class T>
+void ColumnMoments(const T* x, size_t rows, size_t c, bool from_memory,
                    float* scratch, float* mean_out, float* m2_out) {
   const size_t k = ColumnPeriodRows(c);
   if (k == 1 || rows < k) {
@@ -288,7 +296,8 @@ void ColumnMoments(const float* x, size_t rows, size_t c, bool from_memory,
   }
 }
 
-void MergeColumns(size_t c, float weight_b, float weight_ab, float* mean_a, float* m2_a,
+inline void MergeColumns(size_t c, float weight_b, float weight_ab, float* mean_a,
+                         float* m2_a,
                   const float* mean_b, const float* m2_b) {
   ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
     const auto a_mean = hn::LoadU(d, mean_a + j);
@@ -338,9 +347,9 @@ struct ColumnParams {
 // plane has a tail of its own (7x7 planes, one by one: three vectors and a one-element
 // tail each). The same operations per element as AffineSpan, so the same bits (a plane
 // whose map is not scaled has scale = rstd = 1, and multiplying by 1 is exact).
-template <bool kCenter, bool kScaled>
-HWY_INLINE void AffinePlanes(const float* x, size_t spatial, size_t count,
-                             const SpanAffine* affine, float* y) {
+template <bool kCenter, bool kScaled, class T>
+HWY_INLINE void AffinePlanes(const T* x, size_t spatial, size_t count,
+                             const SpanAffine* affine, T* y) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   using Params = typename ColumnParams<kCenter, kScaled>::At;
@@ -353,7 +362,7 @@ HWY_INLINE void AffinePlanes(const float* x, size_t spatial, size_t count,
   Params cur = params(affine[0]);
   while (i + N <= end) {
     if (i + N <= plane_end) {
-      hn::StoreU(cur(hn::LoadU(d, x + i)), d, y + i);
+      StoreElems(cur(LoadElems(d, x + i)), d, y + i);
       i += N;
       if (i == plane_end && ++p < count) {
         plane_end += spatial;
@@ -369,7 +378,7 @@ HWY_INLINE void AffinePlanes(const float* x, size_t spatial, size_t count,
                          hn::IfThenElse(first, cur.rstd, next.rstd),
                          hn::IfThenElse(first, cur.mul, next.mul),
                          hn::IfThenElse(first, cur.add, next.add)};
-    hn::StoreU(both(hn::LoadU(d, x + i)), d, y + i);
+    StoreElems(both(LoadElems(d, x + i)), d, y + i);
     i += N;
     ++p;
     plane_end += spatial;
@@ -384,8 +393,9 @@ HWY_INLINE void AffinePlanes(const float* x, size_t spatial, size_t count,
 }
 
 // y may be x: each vector is read before it is written.
-void ChannelPlanesApply(const float* x, size_t spatial, size_t count,
-                        const SpanAffine* affine, float* y) {
+template <class T>
+void ChannelPlanesApply(const T* x, size_t spatial, size_t count,
+                        const SpanAffine* affine, T* y) {
   if (count == 0) return;
   if (spatial < hn::Lanes(hn::ScalableTag<float>())) {  // several planes per vector
     for (size_t p = 0; p < count; ++p) {
@@ -406,16 +416,16 @@ void ChannelPlanesApply(const float* x, size_t spatial, size_t count,
 
 // y[i] = p(x[i]) for one vector; kStream: a non-temporal store, asking for x[i + ahead]
 // first when it lies before `end`.
-template <bool kStream, class At>
-HWY_INLINE void AffineVector(const At& p, const float* x, float* y, size_t i, size_t ahead,
+template <bool kStream, class At, class T>
+HWY_INLINE void AffineVector(const At& p, const T* x, T* y, size_t i, size_t ahead,
                              size_t end) {
   const hn::ScalableTag<float> d;
   if (kStream && i + ahead < end) hwy::Prefetch(x + i + ahead);
-  const auto v = p(hn::LoadU(d, x + i));
+  const auto v = p(LoadElems(d, x + i));
   if (kStream) {
-    hn::Stream(v, d, y + i);
+    StreamElems(v, d, y + i);
   } else {
-    hn::StoreU(v, d, y + i);
+    StoreElems(v, d, y + i);
   }
 }
 
@@ -423,9 +433,9 @@ HWY_INLINE void AffineVector(const At& p, const float* x, float* y, size_t i, si
 // vector columns at a time with their parameters in registers (see AffineColumns).
 // kStream: non-temporal stores to a vector-aligned y, each element asking for the one a
 // block below it.
-template <bool kStream, class Params>
-HWY_INLINE void AffineColumnBlocks(const Params& params, const float* x, size_t rows,
-                                   size_t c, float* y) {
+template <bool kStream, class Params, class T>
+HWY_INLINE void AffineColumnBlocks(const Params& params, const T* x, size_t rows,
+                                   size_t c, T* y) {
   const size_t N = hn::Lanes(hn::ScalableTag<float>());
   constexpr size_t kRowBlock = 32;
   const size_t ahead = kRowBlock * c;
@@ -467,12 +477,12 @@ constexpr size_t kRowsMinBytesStreamed = 8192;
 // y = the affine map of x row by row, c a multiple of the vector size: each parameter
 // vector is loaded again for every row (from L1). kStream as in AffineColumnBlocks, the
 // element asked for kReadAheadBytes ahead.
-template <bool kStream, class Params>
-HWY_NOINLINE void AffineRows(const Params params, const float* x, size_t rows, size_t c,
-                             float* y) {
+template <bool kStream, class Params, class T>
+HWY_NOINLINE void AffineRows(const Params params, const T* x, size_t rows, size_t c,
+                             T* y) {
   const size_t N = hn::Lanes(hn::ScalableTag<float>());
   const size_t end = rows * c;
-  const size_t ahead = kReadAheadBytes / sizeof(float);
+  const size_t ahead = kReadAheadBytes / sizeof(T);
   for (size_t i = 0; i < end; i += c) {
     for (size_t j = 0; j < c; j += N) {
       AffineVector<kStream>(params.Load(j), x, y, i + j, ahead, end);
@@ -480,9 +490,9 @@ HWY_NOINLINE void AffineRows(const Params params, const float* x, size_t rows, s
   }
 }
 
-template <bool kCenter, bool kScaled>
-HWY_INLINE void AffineColumns(const float* x, size_t rows, size_t c,
-                              const ColumnAffine& a, bool stream, float* y) {
+template <bool kCenter, bool kScaled, class T>
+HWY_INLINE void AffineColumns(const T* x, size_t rows, size_t c, const ColumnAffine& a,
+                              bool stream, T* y) {
   const float* HWY_RESTRICT scale = a.scale;
   const float* HWY_RESTRICT shift = a.shift;
   const float* HWY_RESTRICT rstd = a.rstd;
@@ -502,9 +512,9 @@ HWY_INLINE void AffineColumns(const float* x, size_t rows, size_t c,
     // waiting on memory fill the FP scheduler and fewer of them are in flight (training
     // of 256x256x14x14 0-10% faster with the read-ahead, in three A/B runs).
     const bool nt = stream && reinterpret_cast<uintptr_t>(y) % kLineBytes == 0 &&
-                    c % kLineFloats == 0;
+                    c % kLineElems<T> == 0;
     const ColumnParams<kCenter, kScaled> p{scale, shift, rstd, mul, add};
-    if (c * sizeof(float) >= (nt ? kRowsMinBytesStreamed : kRowsMinBytes)) {
+    if (c * sizeof(T) >= (nt ? kRowsMinBytesStreamed : kRowsMinBytes)) {
       if (nt) {
         AffineRows<true>(p, x, rows, c, y);
       } else {
@@ -520,20 +530,21 @@ HWY_INLINE void AffineColumns(const float* x, size_t rows, size_t c,
     return;
   }
   for (size_t r = 0; r < rows; ++r) {
-    const float* row = x + r * c;
-    float* out = y + r * c;
+    const T* row = x + r * c;
+    T* out = y + r * c;
     ForEachColumnGroup(c, [&](auto dv, size_t j) HWY_ATTR {
-      auto v = hn::LoadU(dv, row + j);
+      auto v = LoadElems(dv, row + j);
       if (kScaled) v = hn::Mul(v, hn::LoadU(dv, scale + j));
       if (kCenter) v = hn::Sub(v, hn::LoadU(dv, shift + j));
       if (kScaled) v = hn::Mul(v, hn::LoadU(dv, rstd + j));
-      hn::StoreU(hn::MulAdd(v, hn::LoadU(dv, mul + j), hn::LoadU(dv, add + j)), dv, out + j);
+      StoreElems(hn::MulAdd(v, hn::LoadU(dv, mul + j), hn::LoadU(dv, add + j)), dv, out + j);
     });
   }
 }
 
-HWY_INLINE void ColumnMapRows(const float* x, size_t rows, size_t c,
-                              const ColumnAffine& a, bool stream, float* y) {
+template <class T>
+HWY_INLINE void ColumnMapRows(const T* x, size_t rows, size_t c, const ColumnAffine& a,
+                              bool stream, T* y) {
   const bool center = a.shift != nullptr;
   const bool scaled = a.scale != nullptr;
   if (center) {
@@ -554,11 +565,10 @@ HWY_INLINE void ColumnMapRows(const float* x, size_t rows, size_t c,
 // operations per element, so the same bits. map(at, rows, width, arrays, stream) maps
 // the elements from `at` on as `rows` rows of `width` columns by arrays[p][column]
 // (nullptr arrays stay nullptr).
-template <size_t kArrays, class MapRows>
+template <size_t kArrays, class T, class MapRows>
 HWY_INLINE void MapRowsFromLine(const float* const (&arrays)[kArrays], size_t rows,
-                                size_t c, bool stream, const float* y,
-                                const MapRows& map) {
-  const bool peel = stream && rows >= 2 && c % kLineFloats == 0;
+                                size_t c, bool stream, const T* y, const MapRows& map) {
+  const bool peel = stream && rows >= 2 && c % kLineElems<T> == 0;
   const size_t head = peel ? HeadToLine(y) : 0;
   if (head == 0) return map(size_t{0}, rows, c, arrays, stream);
   thread_local std::vector<float> buffer;  // the rotated arrays, from a line on
@@ -585,8 +595,9 @@ HWY_INLINE void MapRowsFromLine(const float* const (&arrays)[kArrays], size_t ro
   map(head + (rows - 1) * c, size_t{1}, c - head, from_head, false);  // the last row's
 }
 
-HWY_INLINE void ColumnApplyRows(const float* x, size_t rows, size_t c,
-                                const ColumnAffine& a, bool stream, float* y) {
+template <class T>
+HWY_INLINE void ColumnApplyRows(const T* x, size_t rows, size_t c, const ColumnAffine& a,
+                                bool stream, T* y) {
   const float* arrays[5] = {a.scale, a.shift, a.rstd, a.mul, a.add};
   const auto map = [&](size_t at, size_t n, size_t width, const float* const (&p)[5],
                        bool streamed) {
@@ -596,8 +607,9 @@ HWY_INLINE void ColumnApplyRows(const float* x, size_t rows, size_t c,
   MapRowsFromLine(arrays, rows, c, stream, y, map);
 }
 
-void ColumnApply(const float* x, size_t rows, size_t c, const ColumnAffine& a,
-                 bool stream, float* y) {
+template <class T>
+void ColumnApply(const T* x, size_t rows, size_t c, const ColumnAffine& a, bool stream,
+                 T* y) {
   const size_t k = ColumnPeriodRows(c);
   if (k == 1 || rows < k) return ColumnApplyRows(x, rows, c, a, stream, y);
   // Narrow rows: the parameters repeated k times, so k rows are one row of whole
@@ -619,24 +631,27 @@ void ColumnApply(const float* x, size_t rows, size_t c, const ColumnAffine& a,
 
 // ---------------------------------------------------------------- strided (slow path)
 
-// Channel ci of NHWC as a source: element i is x[i * stride], times scale.
+// Channel ci of NHWC as a one-lane source: element i is x[i * stride], times scale.
+template <class T>
 struct StridedSource {
-  const float* x;
+  const T* x;
   size_t stride;
   float scale;
   template <class D>
   HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
-    return hn::Mul(hn::Set(d, x[i * stride]), hn::Set(d, scale));
+    return hn::Mul(LoadElems(d, x + i * stride), hn::Set(d, scale));
   }
 };
 
-Moments ChannelStridedMoments(const float* x, size_t stride, size_t n, float scale) {
-  return SpanMoments<true>(hn::CappedTag<float, 1>(), StridedSource{x, stride, scale}, 0,
-                           n);
+template <class T>
+Moments ChannelStridedMoments(const T* x, size_t stride, size_t n, float scale) {
+  return SpanMoments<true>(hn::CappedTag<float, 1>(), StridedSource<T>{x, stride, scale},
+                           0, n);
 }
 
-float ChannelStridedMaxAbs(const float* x, size_t stride, size_t n) {
-  return SpanMaxAbs(hn::CappedTag<float, 1>(), StridedSource{x, stride, 1.0f}, 0, n);
+template <class T>
+float ChannelStridedMaxAbs(const T* x, size_t stride, size_t n) {
+  return SpanMaxAbs(hn::CappedTag<float, 1>(), StridedSource<T>{x, stride, 1.0f}, 0, n);
 }
 
 }  // namespace HWY_NAMESPACE

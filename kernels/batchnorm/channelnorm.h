@@ -7,6 +7,7 @@
 
 #include <cstddef>
 
+#include "hwy/base.h"
 #include "kernels/common/moments.h"
 
 namespace nk {
@@ -105,62 +106,66 @@ class ColumnRows {
   size_t rows_, chunk_rows_, chunks_;
 };
 
-struct ChannelNormKernels {
+// What one Highway target provides for tensors (x, y, dy, dx) of type T (float,
+// hwy::bfloat16_t, hwy::float16_t: widened as read, rounded once as written);
+// parameters, statistics and scratch are fp32.
+template <class T>
+struct ChannelNormKernelsT {
   // Moments of x[0, n) times scale; x lies in the tensor [begin, end), whose elements
   // around the span may be read too (never past its bounds).
-  Moments (*span_moments)(const float* x, size_t n, float scale, const float* begin,
-                          const float* end);
+  Moments (*span_moments)(const T* x, size_t n, float scale, const T* begin,
+                          const T* end);
   // NCHW planes of at most short_plane_max() elements: the moments of channels
   // [c0, c1) straight from x [n][c][spatial]. scratch: short_plane_scratch(n, c1 - c0).
   size_t (*short_plane_max)();
   size_t (*short_plane_scratch)(size_t n, size_t channels);
-  void (*short_plane_moments)(const float* x, size_t n, size_t c, size_t spatial,
+  void (*short_plane_moments)(const T* x, size_t n, size_t c, size_t spatial,
                               size_t c0, size_t c1, float* scratch, Moments* out);
   // max |x| over x[0, n); NaN if any is NaN.
-  float (*span_max_abs)(const float* x, size_t n);
+  float (*span_max_abs)(const T* x, size_t n);
   // Affine map of x[0, n) into y (which may be x). With `stream`, non-temporal
   // stores; the caller flushes (hwy::FlushStream) before the output is read.
-  void (*span_apply)(const float* x, size_t n, const SpanAffine& a, bool stream,
-                     float* y);
+  void (*span_apply)(const T* x, size_t n, const SpanAffine& a, bool stream, T* y);
   // Affine map of `count` whole planes of `spatial` elements, contiguous from x (one
   // image's channels), plane p by affine[p], into y (which may be x); no streaming.
-  void (*planes_apply)(const float* x, size_t spatial, size_t count,
-                       const SpanAffine* affine, float* y);
+  void (*planes_apply)(const T* x, size_t spatial, size_t count,
+                       const SpanAffine* affine, T* y);
   // Per-column moments (count `rows` each) of a [rows][c] matrix: mean[c], m2[c].
   // scratch: ColumnScratchFloats(rows, c) floats. from_memory: x is far larger than
   // the cache, so its lines are asked for ahead of the reads.
-  void (*column_moments)(const float* x, size_t rows, size_t c, bool from_memory,
+  void (*column_moments)(const T* x, size_t rows, size_t c, bool from_memory,
                          float* scratch, float* mean, float* m2);
   // Chan merge of columns b into a, given the weights nb / n and na * nb / n.
   void (*merge_columns)(size_t c, float weight_b, float weight_ab, float* mean_a,
                         float* m2_a, const float* mean_b, const float* m2_b);
   // Affine map per column of a [rows][c] matrix into y (which may be x).
-  void (*column_apply)(const float* x, size_t rows, size_t c, const ColumnAffine& a,
-                       bool stream, float* y);
+  void (*column_apply)(const T* x, size_t rows, size_t c, const ColumnAffine& a,
+                       bool stream, T* y);
   // Moments and max |x| of x[0], x[stride], ... (n elements), times scale: one
   // channel of NHWC, on the overflow slow path only.
-  Moments (*strided_moments)(const float* x, size_t stride, size_t n, float scale);
-  float (*strided_max_abs)(const float* x, size_t stride, size_t n);
+  Moments (*strided_moments)(const T* x, size_t stride, size_t n, float scale);
+  float (*strided_max_abs)(const T* x, size_t stride, size_t n);
 
   // Backward. GradSums {sum of dy, sum of dy * x_hat} over `planes` runs of `len`
   // elements, `stride` apart, of x and dy (a channel's planes of NCHW, or a chunk of
   // each). from_memory: the lines are asked for ahead, the next run's included.
-  GradSums (*planes_grad_sums)(const float* x, const float* dy, size_t planes,
+  GradSums (*planes_grad_sums)(const T* x, const T* dy, size_t planes,
                                size_t stride, size_t len, float mean, float rstd,
                                bool from_memory);
   // dx of a span by the channel's map; dx may be dy. `stream` as span_apply's.
-  void (*span_grad_apply)(const float* x, const float* dy, size_t n, const SpanGrad& g,
-                          bool stream, float* dx);
+  void (*span_grad_apply)(const T* x, const T* dy, size_t n, const SpanGrad& g,
+                          bool stream, T* dx);
   // Per-column sums of dy and dy * x_hat (x_hat = (x - mean[j]) * rstd[j]) of
   // [rows][c] matrices into sum_dy[c], sum_dy_xhat[c]; scratch:
   // ColumnScratchFloats(rows, c) floats.
-  void (*column_grad_sums)(const float* x, const float* dy, size_t rows, size_t c,
+  void (*column_grad_sums)(const T* x, const T* dy, size_t rows, size_t c,
                            const float* mean, const float* rstd, bool from_memory,
                            float* scratch, float* sum_dy, float* sum_dy_xhat);
   // dx per column of [rows][c] matrices by the columns' maps; dx may be dy.
-  void (*column_grad_apply)(const float* x, const float* dy, size_t rows, size_t c,
-                            const ColumnGrad& g, bool stream, float* dx);
+  void (*column_grad_apply)(const T* x, const T* dy, size_t rows, size_t c,
+                            const ColumnGrad& g, bool stream, T* dx);
 };
+using ChannelNormKernels = ChannelNormKernelsT<float>;
 
 // Rows narrower than the widest vector (16 floats) are processed k at a time, as one
 // row of k * c columns, k = 16 / gcd(c, 16), when that is at most kMaxColumnPeriod
@@ -186,13 +191,24 @@ inline size_t ColumnScratchFloats(size_t rows, size_t c) {
   return 2 * ColumnLevels(rows) * (width > c ? width : c);
 }
 
-// The table of `target` (a single HWY_* bit that this library compiled).
-const ChannelNormKernels& ChannelNormKernelsFor(long long target);
+// The table of `target` (a single HWY_* bit that this library compiled) for tensors
+// of type T.
+template <class T>
+const ChannelNormKernelsT<T>& ChannelNormKernelsFor(long long target);
+template <>
+const ChannelNormKernelsT<float>& ChannelNormKernelsFor<float>(long long target);
+template <>
+const ChannelNormKernelsT<hwy::bfloat16_t>& ChannelNormKernelsFor<hwy::bfloat16_t>(
+    long long target);
+template <>
+const ChannelNormKernelsT<hwy::float16_t>& ChannelNormKernelsFor<hwy::float16_t>(
+    long long target);
 
 // `width` columns of per-chunk moments (chunk i's at mean + i * ld, m2 + i * ld)
 // merged into chunk 0's in rows' pairwise tree, Chan's weights in double. Per column:
 // which columns one call takes does not change the bits.
-inline void MergeColumnChunks(const ChannelNormKernels& k, const ColumnRows& rows,
+template <class T>
+inline void MergeColumnChunks(const ChannelNormKernelsT<T>& k, const ColumnRows& rows,
                               size_t width, size_t ld, float* mean, float* m2) {
   if (width == 0) return;
   rows.MergePairwise([&](size_t a, size_t b, size_t rows_a, size_t rows_b) {

@@ -30,8 +30,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 // ---------------------------------------------------------------- planes
 // (NCHW)
 
-GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t stride,
-                        size_t len, float mean, float rstd, bool from_memory) {
+template <class T>
+GradSums PlanesGradSums(const T* x, const T* dy, size_t planes, size_t stride, size_t len,
+                        float mean, float rstd, bool from_memory) {
   const hn::ScalableTag<float> d;
   const hn::CappedTag<float, 1> d1;
   using V = hn::Vec<decltype(d)>;
@@ -42,30 +43,31 @@ GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t s
   // The lines of elements [i, i + n) of plane p, kReadAheadBytes further on in
   // the planes' sequence: the next plane's first lines near the end of one.
   const auto ask_ahead = [&](size_t p, size_t i, size_t n) {
-    size_t at = p * len + i + kReadAheadBytes / sizeof(float);
+    constexpr size_t kLine = kLineElems<T>;
+    size_t at = p * len + i + kReadAheadBytes / sizeof(T);
     size_t q = at / len;  // plane q, element `at` of it
     at -= q * len;
-    for (size_t k = 0; k < n && q < planes; k += kLineFloats) {
+    for (size_t k = 0; k < n && q < planes; k += kLine) {
       hwy::Prefetch(x + q * stride + at);
       hwy::Prefetch(dy + q * stride + at);
-      for (at += kLineFloats; at >= len; at -= len) ++q;
+      for (at += kLine; at >= len; at -= len) ++q;
     }
   };
   PairSumTree<decltype(d)> tree;
   PairSumTree<decltype(d1)> tails;
   for (size_t p = 0; p < planes; ++p) {
-    const float* xp = x + p * stride;
-    const float* dp = dy + p * stride;
+    const T* xp = x + p * stride;
+    const T* dp = dy + p * stride;
     size_t i = 0;
     for (; i + block <= len; i += block) {
       if (from_memory) ask_ahead(p, i, block);
       V sa[2] = {hn::Zero(d), hn::Zero(d)}, sb[2] = {hn::Zero(d), hn::Zero(d)};
       HWY_UNROLL(16)
       for (size_t k = 0; k < kBlockVectors; ++k) {
-        const V g = hn::LoadU(d, dp + i + k * N);
+        const V g = LoadElems(d, dp + i + k * N);
         sa[k & 1] = hn::Add(sa[k & 1], g);
         sb[k & 1] = hn::MulAdd(
-            g, hn::Mul(hn::Sub(hn::LoadU(d, xp + i + k * N), vmean), vrstd), sb[k & 1]);
+            g, hn::Mul(hn::Sub(LoadElems(d, xp + i + k * N), vmean), vrstd), sb[k & 1]);
       }
       tree.Add(d, hn::Add(sa[0], sa[1]), hn::Add(sb[0], sb[1]));
     }
@@ -73,19 +75,19 @@ GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t s
     if (i + N <= len) {
       V sa = hn::Zero(d), sb = hn::Zero(d);
       for (; i + N <= len; i += N) {
-        const V g = hn::LoadU(d, dp + i);
+        const V g = LoadElems(d, dp + i);
         sa = hn::Add(sa, g);
-        sb = hn::MulAdd(g, hn::Mul(hn::Sub(hn::LoadU(d, xp + i), vmean), vrstd), sb);
+        sb = hn::MulAdd(g, hn::Mul(hn::Sub(LoadElems(d, xp + i), vmean), vrstd), sb);
       }
       tree.Add(d, sa, sb);
     }
     if (i < len) {  // fewer than a vector: one lane, one block per plane
       hn::Vec<decltype(d1)> sa = hn::Zero(d1), sb = hn::Zero(d1);
       for (; i < len; ++i) {
-        const auto g = hn::LoadU(d1, dp + i);
+        const auto g = LoadElems(d1, dp + i);
         sa = hn::Add(sa, g);
         const auto xhat =
-            hn::Mul(hn::Sub(hn::LoadU(d1, xp + i), hn::Set(d1, mean)), hn::Set(d1, rstd));
+            hn::Mul(hn::Sub(LoadElems(d1, xp + i), hn::Set(d1, mean)), hn::Set(d1, rstd));
         sb = hn::MulAdd(g, xhat, sb);
       }
       tails.Add(d1, sa, sb);
@@ -96,13 +98,14 @@ GradSums PlanesGradSums(const float* x, const float* dy, size_t planes, size_t s
 }
 
 // dx may be dy: each element is read before it is written.
-void SpanGradApply(const float* x, const float* dy, size_t n, const SpanGrad& g,
-                   bool stream, float* dx) {
+template <class T>
+void SpanGradApply(const T* x, const T* dy, size_t n, const SpanGrad& g, bool stream,
+                   T* dx) {
   StoreSpan(n, stream, dx, [&](auto d, size_t i) HWY_ATTR {
     const auto xhat =
-        hn::Mul(hn::Sub(hn::LoadU(d, x + i), hn::Set(d, g.mean)), hn::Set(d, g.rstd));
+        hn::Mul(hn::Sub(LoadElems(d, x + i), hn::Set(d, g.mean)), hn::Set(d, g.rstd));
     const auto t =
-        hn::MulSub(hn::LoadU(d, dy + i), hn::Set(d, g.dy_scale), hn::Set(d, g.mean_dy));
+        hn::MulSub(LoadElems(d, dy + i), hn::Set(d, g.dy_scale), hn::Set(d, g.mean_dy));
     return hn::Mul(hn::NegMulAdd(xhat, hn::Set(d, g.mean_dy_xhat), t), hn::Set(d, g.k));
   });
 }
@@ -112,7 +115,8 @@ void SpanGradApply(const float* x, const float* dy, size_t n, const SpanGrad& g,
 
 // Per-column sums of [rows][c] by blocks of kBlockVectors rows (two chains per
 // lane) in a pairwise tree per column; scratch holds the tree's levels.
-void ColumnGradSumsTree(const float* x, const float* dy, size_t rows, size_t c,
+template <class T>
+void ColumnGradSumsTree(const T* x, const T* dy, size_t rows, size_t c,
                         const float* mean, const float* rstd, bool from_memory,
                         float* scratch, float* sum_dy, float* sum_dy_xhat) {
   constexpr size_t K = kBlockVectors;
@@ -130,17 +134,17 @@ void ColumnGradSumsTree(const float* x, const float* dy, size_t rows, size_t c,
     VV sa[2] = {hn::Zero(d), hn::Zero(d)}, sb[2] = {hn::Zero(d), hn::Zero(d)};
     for (size_t r = 0; r < k; ++r) {
       const size_t at = (r0 + r) * c + j;
-      const VV g = hn::LoadU(d, dy + at);
+      const VV g = LoadElems(d, dy + at);
       sa[r & 1] = hn::Add(sa[r & 1], g);
-      sb[r & 1] = hn::MulAdd(g, hn::Mul(hn::Sub(hn::LoadU(d, x + at), m), rs), sb[r & 1]);
+      sb[r & 1] = hn::MulAdd(g, hn::Mul(hn::Sub(LoadElems(d, x + at), m), rs), sb[r & 1]);
     }
     a = hn::Add(sa[0], sa[1]);
     b = hn::Add(sb[0], sb[1]);
   };
   for (size_t blk = 0; blk < blocks; ++blk) {
     if (from_memory) {
-      PrefetchAhead(F32Source{x + blk * K * c}, 0, K * c, kReadAheadBytes);
-      PrefetchAhead(F32Source{dy + blk * K * c}, 0, K * c, kReadAheadBytes);
+      PrefetchAhead(TensorSource<T>{x + blk * K * c}, 0, K * c, kReadAheadBytes);
+      PrefetchAhead(TensorSource<T>{dy + blk * K * c}, 0, K * c, kReadAheadBytes);
     }
     ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
       hn::Vec<decltype(d)> a, b;
@@ -163,7 +167,8 @@ void ColumnGradSumsTree(const float* x, const float* dy, size_t rows, size_t c,
   });
 }
 
-void ColumnGradSums(const float* x, const float* dy, size_t rows, size_t c,
+template <class T>
+void ColumnGradSums(const T* x, const T* dy, size_t rows, size_t c,
                     const float* mean, const float* rstd, bool from_memory,
                     float* scratch, float* sum_dy, float* sum_dy_xhat) {
   const size_t k = ColumnPeriodRows(c);
@@ -212,13 +217,13 @@ void ColumnGradSums(const float* x, const float* dy, size_t rows, size_t c,
 
 // dx of [rows][c] row by row, the columns' maps loaded from L1 for every row.
 // Streamed where every row starts a cache line (whole lines, sources-inl.h).
-template <bool kScaleDy>
-void GradColumnRows(const float* x, const float* dy, size_t rows, size_t c,
-                    const ColumnGrad& g, bool stream, float* dx) {
+template <bool kScaleDy, class T>
+void GradColumnRows(const T* x, const T* dy, size_t rows, size_t c, const ColumnGrad& g,
+                    bool stream, T* dx) {
   const auto value = [&](auto d, size_t i, size_t j) HWY_ATTR {
-    const auto xhat = hn::Mul(hn::Sub(hn::LoadU(d, x + i), hn::LoadU(d, g.mean + j)),
+    const auto xhat = hn::Mul(hn::Sub(LoadElems(d, x + i), hn::LoadU(d, g.mean + j)),
                               hn::LoadU(d, g.rstd + j));
-    const auto gy = hn::LoadU(d, dy + i), mean_dy = hn::LoadU(d, g.mean_dy + j);
+    const auto gy = LoadElems(d, dy + i), mean_dy = hn::LoadU(d, g.mean_dy + j);
     const auto t = kScaleDy ? hn::MulSub(gy, hn::LoadU(d, g.dy_scale + j), mean_dy)
                             : hn::Sub(gy, mean_dy);
     return hn::Mul(hn::NegMulAdd(xhat, hn::LoadU(d, g.mean_dy_xhat + j), t),
@@ -226,43 +231,44 @@ void GradColumnRows(const float* x, const float* dy, size_t rows, size_t c,
   };
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
-  if (stream && reinterpret_cast<uintptr_t>(dx) % kLineBytes == 0 &&
-      c % kLineFloats == 0) {
+  constexpr size_t kLine = kLineElems<T>;
+  if (stream && reinterpret_cast<uintptr_t>(dx) % kLineBytes == 0 && c % kLine == 0) {
     for (size_t r = 0; r < rows; ++r) {
       for (size_t j = 0; j < c; j += N) {
         const size_t i = r * c + j;
-        if (i % kLineFloats == 0) {
+        if (i % kLine == 0) {
           hwy::Prefetch(reinterpret_cast<const char*>(x + i) + kReadAheadBytes);
           hwy::Prefetch(reinterpret_cast<const char*>(dy + i) + kReadAheadBytes);
         }
-        hn::Stream(value(d, i, j), d, dx + i);
+        StreamElems(value(d, i, j), d, dx + i);
       }
     }
     return;
   }
   for (size_t r = 0; r < rows; ++r) {
     ForEachColumnGroup(c, [&](auto dv, size_t j) HWY_ATTR {
-      hn::StoreU(value(dv, r * c + j, j), dv, dx + r * c + j);
+      StoreElems(value(dv, r * c + j, j), dv, dx + r * c + j);
     });
   }
 }
 
 // GradColumnRows streamed from dx's first line boundary on (MapRowsFromLine).
-HWY_INLINE void GradColumnRowsFromLine(const float* x, const float* dy, size_t rows,
-                                       size_t c, const ColumnGrad& g, bool stream,
-                                       float* dx) {
+template <class T>
+HWY_INLINE void GradColumnRowsFromLine(const T* x, const T* dy, size_t rows, size_t c,
+                                       const ColumnGrad& g, bool stream, T* dx) {
   const float* arrays[6] = {g.mean, g.rstd, g.mean_dy, g.mean_dy_xhat, g.k, g.dy_scale};
   MapRowsFromLine(
       arrays, rows, c, stream, dx,
       [&](size_t at, size_t n, size_t width, const float* const(&p)[6], bool streamed) {
         const ColumnGrad map{p[0], p[1], p[2], p[3], p[4], p[5]};
-        (map.dy_scale != nullptr ? GradColumnRows<true> : GradColumnRows<false>)(
+        (map.dy_scale != nullptr ? GradColumnRows<true, T> : GradColumnRows<false, T>)(
             x + at, dy + at, n, width, map, streamed, dx + at);
       });
 }
 
-void ColumnGradApply(const float* x, const float* dy, size_t rows, size_t c,
-                     const ColumnGrad& g, bool stream, float* dx) {
+template <class T>
+void ColumnGradApply(const T* x, const T* dy, size_t rows, size_t c, const ColumnGrad& g,
+                     bool stream, T* dx) {
   const size_t k = ColumnPeriodRows(c);
   if (k == 1 || rows < k) return GradColumnRowsFromLine(x, dy, rows, c, g, stream, dx);
   // Narrow rows: the maps repeated k times, so k rows are one row of whole
@@ -283,6 +289,17 @@ void ColumnGradApply(const float* x, const float* dy, size_t rows, size_t c,
   const size_t done = wide_rows * width;
   GradColumnRowsFromLine(x + done, dy + done, rows - wide_rows * k, c, g, stream,
                          dx + done);
+}
+
+// The target's table for tensors of type T.
+template <class T>
+ChannelNormKernelsT<T> ChannelNormTable() {
+  return {&ChannelSpanMoments<T>,    &ShortPlaneMax,          &ShortPlaneScratchFloats,
+          &ShortPlaneMoments<T>,     &ChannelSpanMaxAbs<T>,   &ChannelSpanApply<T>,
+          &ChannelPlanesApply<T>,    &ColumnMoments<T>,       &MergeColumns,
+          &ColumnApply<T>,           &ChannelStridedMoments<T>, &ChannelStridedMaxAbs<T>,
+          &PlanesGradSums<T>,        &SpanGradApply<T>,       &ColumnGradSums<T>,
+          &ColumnGradApply<T>};
 }
 
 }  // namespace HWY_NAMESPACE

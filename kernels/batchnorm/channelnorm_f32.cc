@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// channelnorm_f32.cc: the fp32 per-channel (BatchNorm) kernels, forward and backward,
-// compiled once per Highway target.
+// channelnorm_f32.cc: the per-channel kernels (BatchNorm, GroupNorm) on float
+// tensors, forward and backward, compiled once per Highway target.
 #include "kernels/batchnorm/channelnorm.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -15,13 +15,8 @@ HWY_BEFORE_NAMESPACE();
 namespace nk {
 namespace HWY_NAMESPACE {
 
-extern const ChannelNormKernels kChannelNormKernels = {
-    &ChannelSpanMoments, &ShortPlaneMax, &ShortPlaneScratchFloats, &ShortPlaneMoments,
-    &ChannelSpanMaxAbs, &ChannelSpanApply,   &ChannelPlanesApply,
-    &ColumnMoments,      &MergeColumns,      &ColumnApply,
-    &ChannelStridedMoments, &ChannelStridedMaxAbs,
-    &PlanesGradSums,     &SpanGradApply,     &ColumnGradSums,
-    &ColumnGradApply};
+extern const ChannelNormKernelsT<float> kChannelNormKernels_f32 =
+    ChannelNormTable<float>();
 
 }  // namespace HWY_NAMESPACE
 }  // namespace nk
@@ -30,9 +25,10 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace nk {
 
-const ChannelNormKernels& ChannelNormKernelsFor(long long target) {
-  NK_SELECT_TARGET(target, kChannelNormKernels);
-  return HWY_STATIC_DISPATCH(kChannelNormKernels);
+template <>
+const ChannelNormKernelsT<float>& ChannelNormKernelsFor<float>(long long target) {
+  NK_SELECT_TARGET(target, kChannelNormKernels_f32);
+  return HWY_STATIC_DISPATCH(kChannelNormKernels_f32);
 }
 
 }  // namespace nk

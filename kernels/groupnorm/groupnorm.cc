@@ -27,7 +27,8 @@ namespace nk {
 
 namespace {
 
-nk_status OutOfMemory(const GroupNormJob& job) {
+template <class Job>
+nk_status OutOfMemory(const Job& job) {
   return SetError(NK_ERR_OUT_OF_MEMORY, "%s: out of memory for per-group statistics",
                   job.function);
 }
@@ -35,7 +36,8 @@ nk_status OutOfMemory(const GroupNormJob& job) {
 // Channel ch's map in a set: y = (x - mean) * (rstd * gamma) + beta; on the slow
 // path ((x * scale - mean) * rstd) * gamma + beta in the scaled units. x - mean comes
 // first, so a constant set gives exactly beta.
-SpanAffine ChannelAffine(const GroupNormJob& job, size_t ch, const SetStats& st) {
+template <class Job>
+SpanAffine ChannelAffine(const Job& job, size_t ch, const SetStats& st) {
   const float gamma = job.gamma != nullptr ? job.gamma[ch] : 1.0f;
   const float beta = job.beta != nullptr ? job.beta[ch] : 0.0f;
   if (st.scale == 1.0f) return {true, 1.0f, st.mean, 1.0f, st.rstd * gamma, beta};
@@ -45,7 +47,8 @@ SpanAffine ChannelAffine(const GroupNormJob& job, size_t ch, const SetStats& st)
 // ---------------------------------------------------------------- NCHW
 
 // Set s's statistics and outputs, and the maps of its planes into affine[s * cg ...].
-void FinishSet(const GroupNormJob& job, size_t s, const SetStats& st, float* mean,
+template <class Job>
+void FinishSet(const Job& job, size_t s, const SetStats& st, float* mean,
                float* rstd, SpanAffine* affine) {
   if (mean != nullptr) mean[s] = st.mean_out;
   if (rstd != nullptr) rstd[s] = st.rstd_out;
@@ -54,7 +57,8 @@ void FinishSet(const GroupNormJob& job, size_t s, const SetStats& st, float* mea
 }
 
 // Planes [p0, p1) (p = sample * c + channel) by their maps.
-void ApplyPlanes(const GroupSets& sets, const GroupNormJob& job, size_t p0, size_t p1,
+template <class T>
+void ApplyPlanes(const GroupSets<T>& sets, const GroupNormJobT<T>& job, size_t p0, size_t p1,
                  const SpanAffine* affine, bool stream) {
   const size_t spatial = job.spatial;
   if (!stream) {
@@ -68,9 +72,10 @@ void ApplyPlanes(const GroupSets& sets, const GroupNormJob& job, size_t p0, size
   }
 }
 
-nk_status ForwardPlanes(const GroupSets& sets, const GroupNormJob& job, int threads,
-                        bool stream, float* mean, float* rstd) {
-  const ChannelNormKernels& k = sets.k();
+template <class T>
+nk_status ForwardPlanes(const GroupSets<T>& sets, const GroupNormJobT<T>& job,
+                        int threads, bool stream, float* mean, float* rstd) {
+  const ChannelNormKernelsT<T>& k = sets.k();
   const size_t count = sets.count(), cg = job.group_channels();
   Workspace<SpanAffine, struct GroupAffineTag> affine_ws;
   SpanAffine* affine = affine_ws.Get(job.n * job.c);
@@ -133,7 +138,8 @@ nk_status ForwardPlanes(const GroupSets& sets, const GroupNormJob& job, int thre
 
 // Set s's outputs and its channels' maps in its sample's ColumnAffine arrays a
 // (scale, shift, rstd, mul, add: c each).
-void FinishColumnSet(const GroupNormJob& job, size_t s, const SetStats& st, float* a,
+template <class Job>
+void FinishColumnSet(const Job& job, size_t s, const SetStats& st, float* a,
                      float* mean, float* rstd) {
   if (mean != nullptr) mean[s] = st.mean_out;
   if (rstd != nullptr) rstd[s] = st.rstd_out;
@@ -150,7 +156,8 @@ void FinishColumnSet(const GroupNormJob& job, size_t s, const SetStats& st, floa
 
 // Rows [r0, r1) of a sample by its maps a; the slow path's steps only where one of
 // its sets took it.
-void ApplyRows(const ChannelNormKernels& k, const GroupNormJob& job, size_t sample,
+template <class T>
+void ApplyRows(const ChannelNormKernelsT<T>& k, const GroupNormJobT<T>& job, size_t sample,
                size_t r0, size_t r1, const float* a, bool stream) {
   const size_t c = job.c, at = (sample * job.spatial + r0) * c;
   const bool scaled = std::any_of(a, a + c, [](float v) { return v != 1.0f; });
@@ -160,9 +167,10 @@ void ApplyRows(const ChannelNormKernels& k, const GroupNormJob& job, size_t samp
       job.y + at);
 }
 
-nk_status ForwardColumns(const ChannelNormKernels& k, const GroupNormJob& job,
+template <class T>
+nk_status ForwardColumns(const ChannelNormKernelsT<T>& k, const GroupNormJobT<T>& job,
                          int threads, bool stream, float* mean, float* rstd) {
-  GroupColumns columns(k, job, threads, stream);
+  GroupColumns<T> columns(k, job, threads, stream);
   Workspace<float, struct GroupColumnAffineTag> affine_ws;
   float* affine = affine_ws.Get(job.n * 5 * job.c);  // per sample: ColumnAffine's 5
   if (!columns.Reserve() || affine == nullptr) return OutOfMemory(job);
@@ -207,14 +215,20 @@ nk_status ForwardColumns(const ChannelNormKernels& k, const GroupNormJob& job,
 
 }  // namespace
 
-nk_status GroupNormForward(const GroupNormJob& job, float* mean, float* rstd) {
-  const ChannelNormKernels& k = ChannelNormKernelsFor(CurrentTarget());
+template <class T>
+nk_status GroupNormForward(const GroupNormJobT<T>& job, float* mean, float* rstd) {
+  const ChannelNormKernelsT<T>& k = ChannelNormKernelsFor<T>(CurrentTarget());
   const size_t elements = job.n * job.c * job.spatial;
   const int threads = ThreadsFor(elements);
   // As BatchNorm: streaming pays once x and y together overflow the cache.
-  const bool stream = 2 * elements * sizeof(float) >= kStreamBytes;
+  const bool stream = 2 * elements * sizeof(T) >= kStreamBytes;
   if (job.channels_last) return ForwardColumns(k, job, threads, stream, mean, rstd);
-  return ForwardPlanes(GroupSets(k, job), job, threads, stream, mean, rstd);
+  return ForwardPlanes(GroupSets<T>(k, job), job, threads, stream, mean, rstd);
 }
+
+template nk_status GroupNormForward(const GroupNormJobT<float>&, float*, float*);
+template nk_status GroupNormForward(const GroupNormJobT<hwy::bfloat16_t>&, float*,
+                                    float*);
+template nk_status GroupNormForward(const GroupNormJobT<hwy::float16_t>&, float*, float*);
 
 }  // namespace nk

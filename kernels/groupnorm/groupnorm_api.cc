@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // groupnorm_api.cc: the C entry points of GroupNorm (and InstanceNorm, groups == c):
 // validate every argument before any write, then run the op layer.
+#include "hwy/base.h"
 #include "include/normkernels.h"
 #include "kernels/common/validate.h"
 #include "kernels/groupnorm/groupnorm.h"
@@ -24,9 +25,10 @@ Validator& Shape(Validator& v, size_t n, size_t c, size_t spatial, size_t groups
   return v;
 }
 
-GroupNormJob Job(const char* function, size_t n, size_t c, size_t spatial, size_t groups,
-                 nk_layout layout, const float* x) {
-  GroupNormJob job{};
+template <class T>
+GroupNormJobT<T> Job(const char* function, size_t n, size_t c, size_t spatial,
+                     size_t groups, nk_layout layout, const T* x) {
+  GroupNormJobT<T> job{};
   job.function = function;
   job.n = n;
   job.c = c;
@@ -37,23 +39,18 @@ GroupNormJob Job(const char* function, size_t n, size_t c, size_t spatial, size_
   return job;
 }
 
-}  // namespace
-}  // namespace nk
-
-extern "C" {
-
-nk_status nk_groupnorm_forward_f32(size_t n, size_t c, size_t spatial, size_t groups,
-                                   nk_layout layout, const float* x, const float* gamma,
-                                   const float* beta, float eps, float* y, float* mean,
-                                   float* rstd) {
-  nk::Validator v(__func__);
+template <class T>
+nk_status Forward(const char* function, size_t n, size_t c, size_t spatial, size_t groups,
+                  nk_layout layout, const T* x, const float* gamma, const float* beta,
+                  float eps, T* y, float* mean, float* rstd) {
+  Validator v(function);
   size_t sets = 0, elements = 0;
   v.Layout(layout).Eps(eps);
-  nk::Shape(v, n, c, spatial, groups, &sets, &elements);
+  Shape(v, n, c, spatial, groups, &sets, &elements);
   if (v.failed()) return v.status();
   if (elements == 0) return NK_OK;
   v.NotNull(x, "x").NotNull(y, "y");
-  const size_t bytes = elements * sizeof(float);
+  const size_t bytes = elements * sizeof(T);
   const size_t c_bytes = c * sizeof(float);
   const size_t set_bytes = sets * sizeof(float);
   v.NoOverlap({{"x", x, bytes, false},
@@ -64,23 +61,23 @@ nk_status nk_groupnorm_forward_f32(size_t n, size_t c, size_t spatial, size_t gr
                {"rstd", rstd, set_bytes, true}},
               {{"y", "x"}});
   if (v.failed()) return v.status();
-  nk::GroupNormJob job = nk::Job(__func__, n, c, spatial, groups, layout, x);
+  GroupNormJobT<T> job = Job(function, n, c, spatial, groups, layout, x);
   job.gamma = gamma;
   job.beta = beta;
   job.eps = eps;
   job.y = y;
-  return nk::GroupNormForward(job, mean, rstd);
+  return GroupNormForward(job, mean, rstd);
 }
 
-nk_status nk_groupnorm_backward_f32(size_t n, size_t c, size_t spatial, size_t groups,
-                                    nk_layout layout, const float* x, const float* dy,
-                                    const float* mean, const float* rstd,
-                                    const float* gamma, float* dx, float* dgamma,
-                                    float* dbeta) {
-  nk::Validator v(__func__);
+template <class T>
+nk_status Backward(const char* function, size_t n, size_t c, size_t spatial,
+                   size_t groups, nk_layout layout, const T* x, const T* dy,
+                   const float* mean, const float* rstd, const float* gamma, T* dx,
+                   float* dgamma, float* dbeta) {
+  Validator v(function);
   size_t sets = 0, elements = 0;
   v.Layout(layout);
-  nk::Shape(v, n, c, spatial, groups, &sets, &elements);
+  Shape(v, n, c, spatial, groups, &sets, &elements);
   if (v.failed()) return v.status();
   if (elements == 0) return NK_OK;
   v.NotNull(x, "x")
@@ -88,7 +85,7 @@ nk_status nk_groupnorm_backward_f32(size_t n, size_t c, size_t spatial, size_t g
       .NotNull(mean, "mean")
       .NotNull(rstd, "rstd")
       .NotNull(dx, "dx");
-  const size_t bytes = elements * sizeof(float);
+  const size_t bytes = elements * sizeof(T);
   const size_t c_bytes = c * sizeof(float);
   const size_t set_bytes = sets * sizeof(float);
   v.NoOverlap({{"x", x, bytes, false},
@@ -101,11 +98,50 @@ nk_status nk_groupnorm_backward_f32(size_t n, size_t c, size_t spatial, size_t g
                {"dbeta", dbeta, c_bytes, true}},
               {{"dx", "dy"}});
   if (v.failed()) return v.status();
-  nk::GroupNormJob job = nk::Job(__func__, n, c, spatial, groups, layout, x);
+  GroupNormJobT<T> job = Job(function, n, c, spatial, groups, layout, x);
   job.dy = dy;
   job.gamma = gamma;
   job.dx = dx;
-  return nk::GroupNormBackward(job, mean, rstd, dgamma, dbeta);
+  return GroupNormBackward(job, mean, rstd, dgamma, dbeta);
 }
+
+template <class T, class C>
+const T* As(const C* p) {
+  return reinterpret_cast<const T*>(p);
+}
+template <class T, class C>
+T* As(C* p) {
+  return reinterpret_cast<T*>(p);
+}
+
+}  // namespace
+}  // namespace nk
+
+extern "C" {
+
+// GroupNorm's forward and backward for tensors of CTYPE (the C type) held as ELEM (the
+// kernels' type), named with SUFFIX.
+#define NK_GROUPNORM_KERNELS(SUFFIX, CTYPE, ELEM)                                        \
+  nk_status nk_groupnorm_forward_##SUFFIX(size_t n, size_t c, size_t spatial,            \
+                                          size_t groups, nk_layout layout,               \
+                                          const CTYPE* x, const float* gamma,            \
+                                          const float* beta, float eps, CTYPE* y,        \
+                                          float* mean, float* rstd) {                    \
+    return nk::Forward<ELEM>(__func__, n, c, spatial, groups, layout, nk::As<ELEM>(x),   \
+                             gamma, beta, eps, nk::As<ELEM>(y), mean, rstd);             \
+  }                                                                                      \
+  nk_status nk_groupnorm_backward_##SUFFIX(                                              \
+      size_t n, size_t c, size_t spatial, size_t groups, nk_layout layout,               \
+      const CTYPE* x, const CTYPE* dy, const float* mean, const float* rstd,             \
+      const float* gamma, CTYPE* dx, float* dgamma, float* dbeta) {                      \
+    return nk::Backward<ELEM>(__func__, n, c, spatial, groups, layout, nk::As<ELEM>(x),  \
+                              nk::As<ELEM>(dy), mean, rstd, gamma, nk::As<ELEM>(dx),     \
+                              dgamma, dbeta);                                            \
+  }
+
+NK_GROUPNORM_KERNELS(f32, float, float)
+NK_GROUPNORM_KERNELS(bf16, nk_bf16, hwy::bfloat16_t)
+NK_GROUPNORM_KERNELS(f16, nk_f16, hwy::float16_t)
+#undef NK_GROUPNORM_KERNELS
 
 }  // extern "C"

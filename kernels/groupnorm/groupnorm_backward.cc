@@ -26,13 +26,15 @@ namespace nk {
 
 namespace {
 
-nk_status OutOfMemory(const GroupNormJob& job) {
+template <class Job>
+nk_status OutOfMemory(const Job& job) {
   return SetError(NK_ERR_OUT_OF_MEMORY, "%s: out of memory for per-channel sums",
                   job.function);
 }
 
+template <class T>
 struct Context {
-  const ChannelNormKernels& k;
+  const ChannelNormKernelsT<T>& k;
   int threads;
   bool from_memory;  // x and dy far larger than the cache: lines asked for ahead
   bool stream;       // dx written with non-temporal stores
@@ -40,8 +42,8 @@ struct Context {
 
 // Means over set s's m values of a = gamma dy and a x_hat, from its channels' sums
 // sum(j), j < cg (of dy, dy x_hat), in double, in channel order.
-template <class SumOf>
-GradSums SetMeans(const GroupNormJob& job, size_t s, const SumOf& sum) {
+template <class Job, class SumOf>
+GradSums SetMeans(const Job& job, size_t s, const SumOf& sum) {
   const size_t cg = job.group_channels(), c0 = (s % job.groups) * cg;
   double a = 0.0, a_xhat = 0.0;
   for (size_t j = 0; j < cg; ++j) {
@@ -55,8 +57,8 @@ GradSums SetMeans(const GroupNormJob& job, size_t s, const SumOf& sum) {
 }
 
 // dgamma, dbeta of channels [c0, c1) from the samples' sums sum(sample, ch).
-template <class SumOf>
-void ParamGrads(const GroupNormJob& job, size_t c0, size_t c1, const SumOf& sum,
+template <class Job, class SumOf>
+void ParamGrads(const Job& job, size_t c0, size_t c1, const SumOf& sum,
                 float* dgamma, float* dbeta) {
   for (size_t ch = c0; ch < c1; ++ch) {
     const GradSums s = AddPairwise(0, job.n, [&](size_t i) { return sum(i, ch); });
@@ -68,9 +70,10 @@ void ParamGrads(const GroupNormJob& job, size_t c0, size_t c1, const SumOf& sum,
 // ---------------------------------------------------------------- NCHW
 
 // Plane p = sample * c + ch is set p / cg's; its pieces are kChunk runs of it.
+template <class T>
 class GradPlanes {
  public:
-  GradPlanes(const Context& ctx, const GroupNormJob& job, const float* mean,
+  GradPlanes(const Context<T>& ctx, const GroupNormJobT<T>& job, const float* mean,
              const float* rstd)
       : ctx_(ctx),
         job_(job),
@@ -111,17 +114,19 @@ class GradPlanes {
   }
 
  private:
-  const Context& ctx_;
-  const GroupNormJob& job_;
+  const Context<T>& ctx_;
+  const GroupNormJobT<T>& job_;
   const float* mean_;
   const float* rstd_;
   const size_t per_plane_;
 };
 
-nk_status BackwardPlanes(const Context& ctx, const GroupNormJob& job, const float* mean,
-                         const float* rstd, float* dgamma, float* dbeta) {
-  const GradPlanes planes(ctx, job, mean, rstd);
-  const GroupSets sets(ctx.k, job);
+template <class T>
+nk_status BackwardPlanes(const Context<T>& ctx, const GroupNormJobT<T>& job,
+                         const float* mean, const float* rstd, float* dgamma,
+                         float* dbeta) {
+  const GradPlanes<T> planes(ctx, job, mean, rstd);
+  const GroupSets<T> sets(ctx.k, job);
   const size_t count = sets.count();
   Workspace<GradSums, struct GroupPlaneSumsTag> sums_ws;
   GradSums* sums = sums_ws.Get(planes.planes());
@@ -165,15 +170,16 @@ nk_status BackwardPlanes(const Context& ctx, const GroupNormJob& job, const floa
 
 // Per sample: the sets' mean and rstd repeated over their channels, and after the
 // sums the sets' means of a and a x_hat likewise: ColumnGrad's arrays.
+template <class T>
 class GradColumns {
  public:
-  GradColumns(const Context& ctx, const GroupNormJob& job)
+  GradColumns(const Context<T>& ctx, const GroupNormJobT<T>& job)
       : ctx_(ctx),
         job_(job),
         chunks_(job),
         scratch_floats_(ColumnScratchFloats(chunks_.rows().chunk_rows(), job.c)) {}
 
-  const SampleChunks& chunks() const { return chunks_; }
+  const SampleChunks<T>& chunks() const { return chunks_; }
 
   bool Reserve() {
     const size_t c = job_.c;
@@ -247,9 +253,9 @@ class GradColumns {
   // Array k of a sample's maps: mean, rstd, mean of a, mean of a x_hat.
   float* Map(size_t sample, size_t k) { return maps_ + (4 * sample + k) * job_.c; }
 
-  const Context& ctx_;
-  const GroupNormJob& job_;
-  const SampleChunks chunks_;
+  const Context<T>& ctx_;
+  const GroupNormJobT<T>& job_;
+  const SampleChunks<T> chunks_;
   const size_t scratch_floats_;
   Workspace<float, struct GroupGradSumsTag> sums_ws_;
   Workspace<float, struct GroupGradScratchTag> scratch_ws_;
@@ -259,9 +265,11 @@ class GradColumns {
   float* maps_ = nullptr;
 };
 
-nk_status BackwardColumns(const Context& ctx, const GroupNormJob& job, const float* mean,
-                          const float* rstd, float* dgamma, float* dbeta) {
-  GradColumns columns(ctx, job);
+template <class T>
+nk_status BackwardColumns(const Context<T>& ctx, const GroupNormJobT<T>& job,
+                          const float* mean, const float* rstd, float* dgamma,
+                          float* dbeta) {
+  GradColumns<T> columns(ctx, job);
   if (!columns.Reserve()) return OutOfMemory(job);
   const size_t count = job.n * job.groups;
   const size_t groups = job.groups;
@@ -305,14 +313,23 @@ nk_status BackwardColumns(const Context& ctx, const GroupNormJob& job, const flo
 
 }  // namespace
 
-nk_status GroupNormBackward(const GroupNormJob& job, const float* mean, const float* rstd,
-                            float* dgamma, float* dbeta) {
+template <class T>
+nk_status GroupNormBackward(const GroupNormJobT<T>& job, const float* mean,
+                            const float* rstd, float* dgamma, float* dbeta) {
   const size_t elements = job.n * job.c * job.spatial;
-  const bool big = 3 * elements * sizeof(float) >= kStreamBytes;
-  const Context ctx{ChannelNormKernelsFor(CurrentTarget()), ThreadsFor(elements), big,
-                    big};
+  const bool big = 3 * elements * sizeof(T) >= kStreamBytes;
+  const Context<T> ctx{ChannelNormKernelsFor<T>(CurrentTarget()), ThreadsFor(elements),
+                       big, big};
   if (job.channels_last) return BackwardColumns(ctx, job, mean, rstd, dgamma, dbeta);
   return BackwardPlanes(ctx, job, mean, rstd, dgamma, dbeta);
 }
+
+#define NK_GROUPNORM_BACKWARD(T)                                                     \
+  template nk_status GroupNormBackward(const GroupNormJobT<T>&, const float*,        \
+                                       const float*, float*, float*);
+NK_GROUPNORM_BACKWARD(float)
+NK_GROUPNORM_BACKWARD(hwy::bfloat16_t)
+NK_GROUPNORM_BACKWARD(hwy::float16_t)
+#undef NK_GROUPNORM_BACKWARD
 
 }  // namespace nk

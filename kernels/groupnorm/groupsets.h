@@ -20,15 +20,16 @@ namespace nk {
 
 // NCHW: set s (sample s / groups, group s % groups) is the span of length() elements
 // at x + s * length(), its cg planes one after another.
+template <class T>
 class GroupSets {
  public:
-  GroupSets(const ChannelNormKernels& k, const GroupNormJob& job)
+  GroupSets(const ChannelNormKernelsT<T>& k, const GroupNormJobT<T>& job)
       : k_(k),
         job_(job),
         length_(job.group_channels() * job.spatial),
         per_set_(NumChunks(length_)) {}
 
-  const ChannelNormKernels& k() const { return k_; }
+  const ChannelNormKernelsT<T>& k() const { return k_; }
   size_t count() const { return job_.n * job_.groups; }
   size_t length() const { return length_; }
   // Sets of a few vectors: measured by the short-plane step, many per call.
@@ -81,17 +82,19 @@ class GroupSets {
   }
 
  private:
-  const ChannelNormKernels& k_;
-  const GroupNormJob& job_;
+  const ChannelNormKernelsT<T>& k_;
+  const GroupNormJobT<T>& job_;
   const size_t length_;
   const size_t per_set_;  // pieces
 };
 
 // NHWC: each sample a [spatial][c] matrix in chunks of rows (ColumnRows), the
 // tensor's chunks in sample order.
+template <class T>
 class SampleChunks {
  public:
-  explicit SampleChunks(const GroupNormJob& job) : job_(job), rows_(job.spatial, job.c) {}
+  explicit SampleChunks(const GroupNormJobT<T>& job)
+      : job_(job), rows_(job.spatial, job.c) {}
 
   const ColumnRows& rows() const { return rows_; }
   size_t count() const { return job_.n * rows_.chunks(); }
@@ -100,7 +103,7 @@ class SampleChunks {
   // threads.
   bool BySample(int threads) const {
     const size_t t = static_cast<size_t>(threads);
-    return job_.spatial * job_.c * sizeof(float) <= (size_t{8} << 20) &&
+    return job_.spatial * job_.c * sizeof(T) <= (size_t{8} << 20) &&
            (t == 1 || job_.n % t == 0 || job_.n >= 8 * t);
   }
   // The chunks of part t of `parts`, and of a sample: [*i0, *i1).
@@ -135,14 +138,15 @@ class SampleChunks {
   }
 
  private:
-  const GroupNormJob& job_;
+  const GroupNormJobT<T>& job_;
   const ColumnRows rows_;
 };
 
 // The NHWC forward's per-column moments and the sets' statistics from them.
+template <class T>
 class GroupColumns {
  public:
-  GroupColumns(const ChannelNormKernels& k, const GroupNormJob& job, int threads,
+  GroupColumns(const ChannelNormKernelsT<T>& k, const GroupNormJobT<T>& job, int threads,
                bool from_memory)
       : k_(k),
         job_(job),
@@ -151,7 +155,7 @@ class GroupColumns {
         from_memory_(from_memory),
         scratch_floats_(ColumnScratchFloats(chunks_.rows().chunk_rows(), job.c)) {}
 
-  const SampleChunks& chunks() const { return chunks_; }
+  const SampleChunks<T>& chunks() const { return chunks_; }
 
   bool Reserve() {
     const size_t floats = chunks_.count() * job_.c;
@@ -182,7 +186,7 @@ class GroupColumns {
                       m2_ + first * c + c0);
     const float* mean = mean_ + first * c + c0;
     const float* m2 = m2_ + first * c + c0;
-    const float* x = job_.x + sample * spatial * c + c0;
+    const T* x = job_.x + sample * spatial * c + c0;
     return SetStatistics(
         MergePairwise(0, cg,
                       [&](size_t j) {
@@ -205,9 +209,9 @@ class GroupColumns {
   }
 
  private:
-  const ChannelNormKernels& k_;
-  const GroupNormJob& job_;
-  const SampleChunks chunks_;
+  const ChannelNormKernelsT<T>& k_;
+  const GroupNormJobT<T>& job_;
+  const SampleChunks<T> chunks_;
   const int threads_;
   const bool from_memory_;
   const size_t scratch_floats_;
