@@ -525,43 +525,58 @@ NK_API nk_status nk_batchnorm_backward_apply_f32(size_t n, size_t c, size_t spat
    fp16 |v| >= 65520 Inf, subnormals kept). Validation, aliasing and thread
    independence as the f32 forms. */
 NK_API nk_status nk_batchnorm_forward_training_bf16(
-    size_t n, size_t c, size_t spatial, nk_layout layout, const nk_bf16* x, const float* gamma,
-    const float* beta, float eps, float momentum, float* running_mean, float* running_var,
-    nk_bf16* y, float* save_mean, float* save_rstd);
-NK_API nk_status nk_batchnorm_forward_inference_bf16(
-    size_t n, size_t c, size_t spatial, nk_layout layout, const nk_bf16* x, const float* mean,
-    const float* var, const float* gamma, const float* beta, float eps, nk_bf16* y);
+    size_t n, size_t c, size_t spatial, nk_layout layout, const nk_bf16* x,
+    const float* gamma, const float* beta, float eps, float momentum, float* running_mean,
+    float* running_var, nk_bf16* y, float* save_mean, float* save_rstd);
+NK_API nk_status nk_batchnorm_forward_inference_bf16(size_t n, size_t c, size_t spatial,
+                                                     nk_layout layout, const nk_bf16* x,
+                                                     const float* mean, const float* var,
+                                                     const float* gamma,
+                                                     const float* beta, float eps,
+                                                     nk_bf16* y);
 NK_API nk_status nk_batchnorm_backward_bf16(size_t n, size_t c, size_t spatial,
-    nk_layout layout, const nk_bf16* x, const nk_bf16* dy, const float* save_mean,
-    const float* save_rstd, const float* gamma, nk_bf16* dx, float* dgamma, float* dbeta);
+                                            nk_layout layout, const nk_bf16* x,
+                                            const nk_bf16* dy, const float* save_mean,
+                                            const float* save_rstd, const float* gamma,
+                                            nk_bf16* dx, float* dgamma, float* dbeta);
 NK_API nk_status nk_batchnorm_moments_bf16(size_t n, size_t c, size_t spatial,
-    nk_layout layout, const nk_bf16* x, float* mean, float* m2);
+                                           nk_layout layout, const nk_bf16* x,
+                                           float* mean, float* m2);
 NK_API nk_status nk_batchnorm_backward_reduce_bf16(size_t n, size_t c, size_t spatial,
-    nk_layout layout, const nk_bf16* x, const nk_bf16* dy, const float* mean, const float* rstd,
-    float* sum_dy, float* sum_dy_xhat);
-NK_API nk_status nk_batchnorm_backward_apply_bf16(size_t n, size_t c, size_t spatial,
-    nk_layout layout, const nk_bf16* x, const nk_bf16* dy, const float* mean, const float* rstd,
-    const float* gamma, uint64_t total_count, const float* sum_dy,
-    const float* sum_dy_xhat, nk_bf16* dx);
+                                                   nk_layout layout, const nk_bf16* x,
+                                                   const nk_bf16* dy, const float* mean,
+                                                   const float* rstd, float* sum_dy,
+                                                   float* sum_dy_xhat);
+NK_API nk_status nk_batchnorm_backward_apply_bf16(
+    size_t n, size_t c, size_t spatial, nk_layout layout, const nk_bf16* x,
+    const nk_bf16* dy, const float* mean, const float* rstd, const float* gamma,
+    uint64_t total_count, const float* sum_dy, const float* sum_dy_xhat, nk_bf16* dx);
 NK_API nk_status nk_batchnorm_forward_training_f16(
-    size_t n, size_t c, size_t spatial, nk_layout layout, const nk_f16* x, const float* gamma,
-    const float* beta, float eps, float momentum, float* running_mean, float* running_var,
-    nk_f16* y, float* save_mean, float* save_rstd);
-NK_API nk_status nk_batchnorm_forward_inference_f16(
-    size_t n, size_t c, size_t spatial, nk_layout layout, const nk_f16* x, const float* mean,
-    const float* var, const float* gamma, const float* beta, float eps, nk_f16* y);
+    size_t n, size_t c, size_t spatial, nk_layout layout, const nk_f16* x,
+    const float* gamma, const float* beta, float eps, float momentum, float* running_mean,
+    float* running_var, nk_f16* y, float* save_mean, float* save_rstd);
+NK_API nk_status nk_batchnorm_forward_inference_f16(size_t n, size_t c, size_t spatial,
+                                                    nk_layout layout, const nk_f16* x,
+                                                    const float* mean, const float* var,
+                                                    const float* gamma, const float* beta,
+                                                    float eps, nk_f16* y);
 NK_API nk_status nk_batchnorm_backward_f16(size_t n, size_t c, size_t spatial,
-    nk_layout layout, const nk_f16* x, const nk_f16* dy, const float* save_mean,
-    const float* save_rstd, const float* gamma, nk_f16* dx, float* dgamma, float* dbeta);
+                                           nk_layout layout, const nk_f16* x,
+                                           const nk_f16* dy, const float* save_mean,
+                                           const float* save_rstd, const float* gamma,
+                                           nk_f16* dx, float* dgamma, float* dbeta);
 NK_API nk_status nk_batchnorm_moments_f16(size_t n, size_t c, size_t spatial,
-    nk_layout layout, const nk_f16* x, float* mean, float* m2);
+                                          nk_layout layout, const nk_f16* x, float* mean,
+                                          float* m2);
 NK_API nk_status nk_batchnorm_backward_reduce_f16(size_t n, size_t c, size_t spatial,
-    nk_layout layout, const nk_f16* x, const nk_f16* dy, const float* mean, const float* rstd,
-    float* sum_dy, float* sum_dy_xhat);
-NK_API nk_status nk_batchnorm_backward_apply_f16(size_t n, size_t c, size_t spatial,
-    nk_layout layout, const nk_f16* x, const nk_f16* dy, const float* mean, const float* rstd,
-    const float* gamma, uint64_t total_count, const float* sum_dy,
-    const float* sum_dy_xhat, nk_f16* dx);
+                                                  nk_layout layout, const nk_f16* x,
+                                                  const nk_f16* dy, const float* mean,
+                                                  const float* rstd, float* sum_dy,
+                                                  float* sum_dy_xhat);
+NK_API nk_status nk_batchnorm_backward_apply_f16(
+    size_t n, size_t c, size_t spatial, nk_layout layout, const nk_f16* x,
+    const nk_f16* dy, const float* mean, const float* rstd, const float* gamma,
+    uint64_t total_count, const float* sum_dy, const float* sum_dy_xhat, nk_f16* dx);
 
 /* ---------------------------------------------------------------- GroupNorm
 
@@ -610,17 +625,27 @@ NK_API nk_status nk_groupnorm_backward_f32(size_t n, size_t c, size_t spatial,
    BatchNorm's: float outputs bit for bit the f32 kernel's on the widened tensors,
    tensor outputs its values rounded once to nearest even. */
 NK_API nk_status nk_groupnorm_forward_bf16(size_t n, size_t c, size_t spatial,
-    size_t groups, nk_layout layout, const nk_bf16* x, const float* gamma, const float* beta,
-    float eps, nk_bf16* y, float* mean, float* rstd);
+                                           size_t groups, nk_layout layout,
+                                           const nk_bf16* x, const float* gamma,
+                                           const float* beta, float eps, nk_bf16* y,
+                                           float* mean, float* rstd);
 NK_API nk_status nk_groupnorm_backward_bf16(size_t n, size_t c, size_t spatial,
-    size_t groups, nk_layout layout, const nk_bf16* x, const nk_bf16* dy, const float* mean,
-    const float* rstd, const float* gamma, nk_bf16* dx, float* dgamma, float* dbeta);
+                                            size_t groups, nk_layout layout,
+                                            const nk_bf16* x, const nk_bf16* dy,
+                                            const float* mean, const float* rstd,
+                                            const float* gamma, nk_bf16* dx,
+                                            float* dgamma, float* dbeta);
 NK_API nk_status nk_groupnorm_forward_f16(size_t n, size_t c, size_t spatial,
-    size_t groups, nk_layout layout, const nk_f16* x, const float* gamma, const float* beta,
-    float eps, nk_f16* y, float* mean, float* rstd);
+                                          size_t groups, nk_layout layout,
+                                          const nk_f16* x, const float* gamma,
+                                          const float* beta, float eps, nk_f16* y,
+                                          float* mean, float* rstd);
 NK_API nk_status nk_groupnorm_backward_f16(size_t n, size_t c, size_t spatial,
-    size_t groups, nk_layout layout, const nk_f16* x, const nk_f16* dy, const float* mean,
-    const float* rstd, const float* gamma, nk_f16* dx, float* dgamma, float* dbeta);
+                                           size_t groups, nk_layout layout,
+                                           const nk_f16* x, const nk_f16* dy,
+                                           const float* mean, const float* rstd,
+                                           const float* gamma, nk_f16* dx, float* dgamma,
+                                           float* dbeta);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -251,7 +251,8 @@ enum class ColumnPass { kMoments, kTraining, kInference };
 template <class T>
 class Columns {
  public:
-  Columns(const ChannelNormKernelsT<T>& k, const BatchNormJobT<T>& job, int threads, bool stream)
+  Columns(const ChannelNormKernelsT<T>& k, const BatchNormJobT<T>& job, int threads,
+          bool stream)
       : k_(k),
         job_(job),
         threads_(threads),
@@ -506,8 +507,9 @@ nk_status BatchNormMoments(const BatchNormJobT<T>& job, float* mean, float* m2) 
     m2[ci] = static_cast<float>(M2Of(st));
   };
   if (job.channels_last) {
-    return RunColumns(ctx.k, job, ctx.threads, ctx.stream, ColumnPass::kMoments,
-                      [&](Columns<T>& columns, size_t ci) { outputs(ci, columns.Stats(ci)); });
+    return RunColumns(
+        ctx.k, job, ctx.threads, ctx.stream, ColumnPass::kMoments,
+        [&](Columns<T>& columns, size_t ci) { outputs(ci, columns.Stats(ci)); });
   }
   Workspace<SetStats, struct MomentsStatsTag> stats_ws;
   SetStats* stats = stats_ws.Get(job.c);
@@ -518,11 +520,11 @@ nk_status BatchNormMoments(const BatchNormJobT<T>& job, float* mean, float* m2) 
   return NK_OK;
 }
 
-#define NK_BATCHNORM_FORWARDS(T)                                                      \
+#define NK_BATCHNORM_FORWARDS(T)                                                        \
   template nk_status BatchNormTraining(const BatchNormJobT<T>&, float*, float*, float*, \
-                                       float*);                                       \
+                                       float*);                                         \
   template nk_status BatchNormInference(const BatchNormJobT<T>&, const float*,          \
-                                        const float*);                                \
+                                        const float*);                                  \
   template nk_status BatchNormMoments(const BatchNormJobT<T>&, float*, float*);
 NK_BATCHNORM_FORWARDS(float)
 NK_BATCHNORM_FORWARDS(hwy::bfloat16_t)

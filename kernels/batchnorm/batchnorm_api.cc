@@ -40,22 +40,18 @@ BatchNormJobT<T> Job(const char* function, size_t n, size_t c, size_t spatial,
 
 template <class T>
 BatchNormGradJobT<T> GradJob(const char* function, size_t n, size_t c, size_t spatial,
-                             nk_layout layout, const T* x, const T* dy,
-                             const float* mean, const float* rstd, const float* gamma,
-                             double total_count, T* dx) {
+                             nk_layout layout, const T* x, const T* dy, const float* mean,
+                             const float* rstd, const float* gamma, double total_count,
+                             T* dx) {
   return {function, n, c, spatial, layout == NK_LAYOUT_NHWC, x, dy, mean, rstd, gamma,
           total_count, dx};
 }
 
-
 template <class T>
 nk_status Training(const char* function, size_t n, size_t c, size_t spatial,
-                                            nk_layout layout, const T* x,
-                                            const float* gamma, const float* beta,
-                                            float eps, float momentum,
-                                            float* running_mean, float* running_var,
-                                            T* y, float* save_mean,
-                                            float* save_rstd) {
+                   nk_layout layout, const T* x, const float* gamma, const float* beta,
+                   float eps, float momentum, float* running_mean, float* running_var,
+                   T* y, float* save_mean, float* save_rstd) {
   Validator v(function);
   size_t per_channel = 0, elements = 0;
   v.Layout(layout).Eps(eps).Momentum(momentum);
@@ -88,10 +84,8 @@ nk_status Training(const char* function, size_t n, size_t c, size_t spatial,
 
 template <class T>
 nk_status Inference(const char* function, size_t n, size_t c, size_t spatial,
-                                             nk_layout layout, const T* x,
-                                             const float* mean, const float* var,
-                                             const float* gamma, const float* beta,
-                                             float eps, T* y) {
+                    nk_layout layout, const T* x, const float* mean, const float* var,
+                    const float* gamma, const float* beta, float eps, T* y) {
   Validator v(function);
   size_t per_channel = 0, elements = 0;
   v.Layout(layout).Eps(eps);
@@ -115,8 +109,7 @@ nk_status Inference(const char* function, size_t n, size_t c, size_t spatial,
 
 template <class T>
 nk_status MomentsOf(const char* function, size_t n, size_t c, size_t spatial,
-                                   nk_layout layout, const T* x, float* mean,
-                                   float* m2) {
+                    nk_layout layout, const T* x, float* mean, float* m2) {
   Validator v(function);
   size_t per_channel = 0, elements = 0;
   v.Layout(layout);
@@ -141,11 +134,10 @@ nk_status MomentsOf(const char* function, size_t n, size_t c, size_t spatial,
 }
 
 template <class T>
-nk_status Backward(const char* function, size_t n, size_t c, size_t spatial, nk_layout layout,
-                                    const T* x, const T* dy,
-                                    const float* save_mean, const float* save_rstd,
-                                    const float* gamma, T* dx, float* dgamma,
-                                    float* dbeta) {
+nk_status Backward(const char* function, size_t n, size_t c, size_t spatial,
+                   nk_layout layout, const T* x, const T* dy, const float* save_mean,
+                   const float* save_rstd, const float* gamma, T* dx, float* dgamma,
+                   float* dbeta) {
   Validator v(function);
   size_t per_channel = 0, elements = 0;
   v.Layout(layout);
@@ -168,16 +160,14 @@ nk_status Backward(const char* function, size_t n, size_t c, size_t spatial, nk_
   if (v.failed()) return v.status();
   return BatchNormBackward(
       GradJob<T>(function, n, c, spatial, layout, x, dy, save_mean, save_rstd, gamma,
-                  static_cast<double>(per_channel), dx),
+                 static_cast<double>(per_channel), dx),
       dgamma, dbeta);
 }
 
 template <class T>
 nk_status BackwardReduce(const char* function, size_t n, size_t c, size_t spatial,
-                                           nk_layout layout, const T* x,
-                                           const T* dy, const float* mean,
-                                           const float* rstd, float* sum_dy,
-                                           float* sum_dy_xhat) {
+                         nk_layout layout, const T* x, const T* dy, const float* mean,
+                         const float* rstd, float* sum_dy, float* sum_dy_xhat) {
   Validator v(function);
   size_t per_channel = 0, elements = 0;
   v.Layout(layout);
@@ -203,17 +193,15 @@ nk_status BackwardReduce(const char* function, size_t n, size_t c, size_t spatia
   }
   return BatchNormBackwardReduce(
       GradJob<T>(function, n, c, spatial, layout, x, dy, mean, rstd, nullptr,
-                  static_cast<double>(per_channel), nullptr),
+                 static_cast<double>(per_channel), nullptr),
       sum_dy, sum_dy_xhat);
 }
 
 template <class T>
 nk_status BackwardApply(const char* function, size_t n, size_t c, size_t spatial,
-                                          nk_layout layout, const T* x,
-                                          const T* dy, const float* mean,
-                                          const float* rstd, const float* gamma,
-                                          uint64_t total_count, const float* sum_dy,
-                                          const float* sum_dy_xhat, T* dx) {
+                        nk_layout layout, const T* x, const T* dy, const float* mean,
+                        const float* rstd, const float* gamma, uint64_t total_count,
+                        const float* sum_dy, const float* sum_dy_xhat, T* dx) {
   Validator v(function);
   size_t per_channel = 0, elements = 0;
   v.Layout(layout);
@@ -239,7 +227,7 @@ nk_status BackwardApply(const char* function, size_t n, size_t c, size_t spatial
   if (v.failed()) return v.status();
   return BatchNormBackwardApply(
       GradJob<T>(function, n, c, spatial, layout, x, dy, mean, rstd, gamma,
-                  static_cast<double>(total_count), dx),
+                 static_cast<double>(total_count), dx),
       sum_dy, sum_dy_xhat);
 }
 
@@ -315,14 +303,18 @@ nk_status nk_moments_merge_f32(size_t c, uint64_t count_a, const float* mean_a,
                                const float* m2_a, uint64_t count_b, const float* mean_b,
                                const float* m2_b, float* mean_out, float* m2_out) {
   nk::Validator v(__func__);
-  nk::Channels(v, c).Require(count_a <= std::numeric_limits<uint64_t>::max() - count_b,
-               NK_ERR_INVALID_SHAPE, "count_a + count_b (%llu + %llu) overflows uint64_t",
-               static_cast<unsigned long long>(count_a),
-               static_cast<unsigned long long>(count_b));
+  nk::Channels(v, c).Require(
+      count_a <= std::numeric_limits<uint64_t>::max() - count_b, NK_ERR_INVALID_SHAPE,
+      "count_a + count_b (%llu + %llu) overflows uint64_t",
+      static_cast<unsigned long long>(count_a), static_cast<unsigned long long>(count_b));
   if (v.failed()) return v.status();
   if (c == 0) return NK_OK;
-  v.NotNull(mean_a, "mean_a").NotNull(m2_a, "m2_a").NotNull(mean_b, "mean_b")
-      .NotNull(m2_b, "m2_b").NotNull(mean_out, "mean_out").NotNull(m2_out, "m2_out");
+  v.NotNull(mean_a, "mean_a")
+      .NotNull(m2_a, "m2_a")
+      .NotNull(mean_b, "mean_b")
+      .NotNull(m2_b, "m2_b")
+      .NotNull(mean_out, "mean_out")
+      .NotNull(m2_out, "m2_out");
   const size_t c_bytes = c * sizeof(float);
   v.NoOverlap({{"mean_a", mean_a, c_bytes, false},
                {"m2_a", m2_a, c_bytes, false},
@@ -356,7 +348,9 @@ nk_status nk_batchnorm_update_running_f32(size_t c, uint64_t count, const float*
   nk::Channels(v, c);
   if (v.failed()) return v.status();
   if (c == 0) return NK_OK;
-  v.NotNull(mean, "mean").NotNull(m2, "m2").NotNull(running_mean, "running_mean")
+  v.NotNull(mean, "mean")
+      .NotNull(m2, "m2")
+      .NotNull(running_mean, "running_mean")
       .NotNull(running_var, "running_var");
   const size_t c_bytes = c * sizeof(float);
   v.NoOverlap({{"mean", mean, c_bytes, false},

@@ -34,8 +34,7 @@ nk_status OutOfMemory(const Job& job) {
 // The channel's map from its sums over every shard (of dy and of dy * x_hat), each
 // factor computed in double and rounded once.
 template <class Job>
-SpanGrad GradMap(const Job& job, size_t ci, float sum_dy,
-                 float sum_dy_xhat) {
+SpanGrad GradMap(const Job& job, size_t ci, float sum_dy, float sum_dy_xhat) {
   const double m = job.total_count;
   const double gamma = job.gamma != nullptr ? job.gamma[ci] : 1.0;
   return {job.mean[ci], job.rstd[ci], static_cast<float>(sum_dy / m),
@@ -360,10 +359,10 @@ nk_status BatchNormBackwardApply(const BatchNormGradJobT<T>& job, const float* s
   return NK_OK;
 }
 
-#define NK_BATCHNORM_BACKWARDS(T)                                                     \
-  template nk_status BatchNormBackward(const BatchNormGradJobT<T>&, float*, float*);  \
-  template nk_status BatchNormBackwardReduce(const BatchNormGradJobT<T>&, float*,     \
-                                             float*);                                 \
+#define NK_BATCHNORM_BACKWARDS(T)                                                      \
+  template nk_status BatchNormBackward(const BatchNormGradJobT<T>&, float*, float*);   \
+  template nk_status BatchNormBackwardReduce(const BatchNormGradJobT<T>&, float*,      \
+                                             float*);                                  \
   template nk_status BatchNormBackwardApply(const BatchNormGradJobT<T>&, const float*, \
                                             const float*);
 NK_BATCHNORM_BACKWARDS(float)

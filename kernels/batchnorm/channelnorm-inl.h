@@ -78,7 +78,8 @@ float ChannelSpanMaxAbs(const T* x, size_t n) {
 // regular ones. y may be an input of value: each vector is read before it is written.
 template <class T, class Value>
 HWY_INLINE void StoreSpan(size_t n, bool stream, T* y, const Value& value) {
-  const auto store = [&](auto d, size_t i) HWY_ATTR { StoreElems(value(d, i), d, y + i); };
+  const auto store = [&](auto d, size_t i)
+                         HWY_ATTR { StoreElems(value(d, i), d, y + i); };
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   size_t i = 0;
@@ -134,7 +135,9 @@ void ChannelSpanApply(const T* x, size_t n, const SpanAffine& a, bool stream, T*
 // once per channel.
 constexpr size_t kShortPlaneVectors = 32;
 
-inline size_t ShortPlaneMax() { return kShortPlaneVectors * hn::Lanes(hn::ScalableTag<float>()); }
+inline size_t ShortPlaneMax() {
+  return kShortPlaneVectors * hn::Lanes(hn::ScalableTag<float>());
+}
 
 inline size_t ShortPlaneScratchFloats(size_t n, size_t channels) {
   return ColumnLevels(n) * channels * 2 * (hn::Lanes(hn::ScalableTag<float>()) + 1);
@@ -159,7 +162,8 @@ void ShortPlaneMoments(const T* x, size_t n, size_t c, size_t spatial, size_t c0
       if (nvec != 0) {
         hn::Vec<decltype(d)> mean, m2;
         BlockMomentsOf<true>(
-            d, [&](size_t v) HWY_ATTR { return LoadElems(d, p + v * N); }, nvec, mean, m2);
+            d, [&](size_t v) HWY_ATTR { return LoadElems(d, p + v * N); }, nvec, mean,
+            m2);
         AddToLaneTree<true>(d, ni, mean, m2, static_cast<float>(nvec), vec_mean + k * N,
                             vec_m2 + k * N, width * N);
       }
@@ -257,8 +261,8 @@ HWY_INLINE void FoldColumns(size_t half, float count, float* mean, float* m2) {
 }
 
 template <class T>
-void ColumnMoments(const T* x, size_t rows, size_t c, bool from_memory,
-                   float* scratch, float* mean_out, float* m2_out) {
+void ColumnMoments(const T* x, size_t rows, size_t c, bool from_memory, float* scratch,
+                   float* mean_out, float* m2_out) {
   const size_t k = ColumnPeriodRows(c);
   if (k == 1 || rows < k) {
     ColumnMomentsTree(x, rows, c, from_memory, scratch, mean_out, m2_out);
@@ -297,8 +301,7 @@ void ColumnMoments(const T* x, size_t rows, size_t c, bool from_memory,
 }
 
 inline void MergeColumns(size_t c, float weight_b, float weight_ab, float* mean_a,
-                         float* m2_a,
-                  const float* mean_b, const float* m2_b) {
+                         float* m2_a, const float* mean_b, const float* m2_b) {
   ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
     const auto a_mean = hn::LoadU(d, mean_a + j);
     const auto delta = hn::Sub(hn::LoadU(d, mean_b + j), a_mean);
@@ -537,7 +540,8 @@ HWY_INLINE void AffineColumns(const T* x, size_t rows, size_t c, const ColumnAff
       if (kScaled) v = hn::Mul(v, hn::LoadU(dv, scale + j));
       if (kCenter) v = hn::Sub(v, hn::LoadU(dv, shift + j));
       if (kScaled) v = hn::Mul(v, hn::LoadU(dv, rstd + j));
-      StoreElems(hn::MulAdd(v, hn::LoadU(dv, mul + j), hn::LoadU(dv, add + j)), dv, out + j);
+      StoreElems(hn::MulAdd(v, hn::LoadU(dv, mul + j), hn::LoadU(dv, add + j)), dv,
+                 out + j);
     });
   }
 }

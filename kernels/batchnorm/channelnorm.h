@@ -119,8 +119,8 @@ struct ChannelNormKernelsT {
   // [c0, c1) straight from x [n][c][spatial]. scratch: short_plane_scratch(n, c1 - c0).
   size_t (*short_plane_max)();
   size_t (*short_plane_scratch)(size_t n, size_t channels);
-  void (*short_plane_moments)(const T* x, size_t n, size_t c, size_t spatial,
-                              size_t c0, size_t c1, float* scratch, Moments* out);
+  void (*short_plane_moments)(const T* x, size_t n, size_t c, size_t spatial, size_t c0,
+                              size_t c1, float* scratch, Moments* out);
   // max |x| over x[0, n); NaN if any is NaN.
   float (*span_max_abs)(const T* x, size_t n);
   // Affine map of x[0, n) into y (which may be x). With `stream`, non-temporal
@@ -128,8 +128,8 @@ struct ChannelNormKernelsT {
   void (*span_apply)(const T* x, size_t n, const SpanAffine& a, bool stream, T* y);
   // Affine map of `count` whole planes of `spatial` elements, contiguous from x (one
   // image's channels), plane p by affine[p], into y (which may be x); no streaming.
-  void (*planes_apply)(const T* x, size_t spatial, size_t count,
-                       const SpanAffine* affine, T* y);
+  void (*planes_apply)(const T* x, size_t spatial, size_t count, const SpanAffine* affine,
+                       T* y);
   // Per-column moments (count `rows` each) of a [rows][c] matrix: mean[c], m2[c].
   // scratch: ColumnScratchFloats(rows, c) floats. from_memory: x is far larger than
   // the cache, so its lines are asked for ahead of the reads.
@@ -149,9 +149,8 @@ struct ChannelNormKernelsT {
   // Backward. GradSums {sum of dy, sum of dy * x_hat} over `planes` runs of `len`
   // elements, `stride` apart, of x and dy (a channel's planes of NCHW, or a chunk of
   // each). from_memory: the lines are asked for ahead, the next run's included.
-  GradSums (*planes_grad_sums)(const T* x, const T* dy, size_t planes,
-                               size_t stride, size_t len, float mean, float rstd,
-                               bool from_memory);
+  GradSums (*planes_grad_sums)(const T* x, const T* dy, size_t planes, size_t stride,
+                               size_t len, float mean, float rstd, bool from_memory);
   // dx of a span by the channel's map; dx may be dy. `stream` as span_apply's.
   void (*span_grad_apply)(const T* x, const T* dy, size_t n, const SpanGrad& g,
                           bool stream, T* dx);

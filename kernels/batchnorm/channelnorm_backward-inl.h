@@ -116,9 +116,9 @@ void SpanGradApply(const T* x, const T* dy, size_t n, const SpanGrad& g, bool st
 // Per-column sums of [rows][c] by blocks of kBlockVectors rows (two chains per
 // lane) in a pairwise tree per column; scratch holds the tree's levels.
 template <class T>
-void ColumnGradSumsTree(const T* x, const T* dy, size_t rows, size_t c,
-                        const float* mean, const float* rstd, bool from_memory,
-                        float* scratch, float* sum_dy, float* sum_dy_xhat) {
+void ColumnGradSumsTree(const T* x, const T* dy, size_t rows, size_t c, const float* mean,
+                        const float* rstd, bool from_memory, float* scratch,
+                        float* sum_dy, float* sum_dy_xhat) {
   constexpr size_t K = kBlockVectors;
   const size_t levels = ColumnLevels(rows);
   float* level_a = scratch;
@@ -168,9 +168,9 @@ void ColumnGradSumsTree(const T* x, const T* dy, size_t rows, size_t c,
 }
 
 template <class T>
-void ColumnGradSums(const T* x, const T* dy, size_t rows, size_t c,
-                    const float* mean, const float* rstd, bool from_memory,
-                    float* scratch, float* sum_dy, float* sum_dy_xhat) {
+void ColumnGradSums(const T* x, const T* dy, size_t rows, size_t c, const float* mean,
+                    const float* rstd, bool from_memory, float* scratch, float* sum_dy,
+                    float* sum_dy_xhat) {
   const size_t k = ColumnPeriodRows(c);
   if (k == 1 || rows < k) {
     ColumnGradSumsTree(x, dy, rows, c, mean, rstd, from_memory, scratch, sum_dy,
@@ -261,8 +261,9 @@ HWY_INLINE void GradColumnRowsFromLine(const T* x, const T* dy, size_t rows, siz
       arrays, rows, c, stream, dx,
       [&](size_t at, size_t n, size_t width, const float* const(&p)[6], bool streamed) {
         const ColumnGrad map{p[0], p[1], p[2], p[3], p[4], p[5]};
-        (map.dy_scale != nullptr ? GradColumnRows<true, T> : GradColumnRows<false, T>)(
-            x + at, dy + at, n, width, map, streamed, dx + at);
+        (map.dy_scale != nullptr ? GradColumnRows<true, T>
+                                 : GradColumnRows<false, T>)(x + at, dy + at, n, width,
+                                                             map, streamed, dx + at);
       });
 }
 
@@ -294,11 +295,21 @@ void ColumnGradApply(const T* x, const T* dy, size_t rows, size_t c, const Colum
 // The target's table for tensors of type T.
 template <class T>
 ChannelNormKernelsT<T> ChannelNormTable() {
-  return {&ChannelSpanMoments<T>,    &ShortPlaneMax,          &ShortPlaneScratchFloats,
-          &ShortPlaneMoments<T>,     &ChannelSpanMaxAbs<T>,   &ChannelSpanApply<T>,
-          &ChannelPlanesApply<T>,    &ColumnMoments<T>,       &MergeColumns,
-          &ColumnApply<T>,           &ChannelStridedMoments<T>, &ChannelStridedMaxAbs<T>,
-          &PlanesGradSums<T>,        &SpanGradApply<T>,       &ColumnGradSums<T>,
+  return {&ChannelSpanMoments<T>,
+          &ShortPlaneMax,
+          &ShortPlaneScratchFloats,
+          &ShortPlaneMoments<T>,
+          &ChannelSpanMaxAbs<T>,
+          &ChannelSpanApply<T>,
+          &ChannelPlanesApply<T>,
+          &ColumnMoments<T>,
+          &MergeColumns,
+          &ColumnApply<T>,
+          &ChannelStridedMoments<T>,
+          &ChannelStridedMaxAbs<T>,
+          &PlanesGradSums<T>,
+          &SpanGradApply<T>,
+          &ColumnGradSums<T>,
           &ColumnGradApply<T>};
 }
 

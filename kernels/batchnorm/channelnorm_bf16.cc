@@ -26,7 +26,8 @@ HWY_AFTER_NAMESPACE();
 namespace nk {
 
 template <>
-const ChannelNormKernelsT<hwy::bfloat16_t>& ChannelNormKernelsFor<hwy::bfloat16_t>(long long target) {
+const ChannelNormKernelsT<hwy::bfloat16_t>& ChannelNormKernelsFor<hwy::bfloat16_t>(
+    long long target) {
   NK_SELECT_TARGET(target, kChannelNormKernels_bf16);
   return HWY_STATIC_DISPATCH(kChannelNormKernels_bf16);
 }

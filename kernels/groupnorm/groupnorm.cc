@@ -48,8 +48,8 @@ SpanAffine ChannelAffine(const Job& job, size_t ch, const SetStats& st) {
 
 // Set s's statistics and outputs, and the maps of its planes into affine[s * cg ...].
 template <class Job>
-void FinishSet(const Job& job, size_t s, const SetStats& st, float* mean,
-               float* rstd, SpanAffine* affine) {
+void FinishSet(const Job& job, size_t s, const SetStats& st, float* mean, float* rstd,
+               SpanAffine* affine) {
   if (mean != nullptr) mean[s] = st.mean_out;
   if (rstd != nullptr) rstd[s] = st.rstd_out;
   const size_t cg = job.group_channels(), g = s % job.groups;
@@ -58,8 +58,8 @@ void FinishSet(const Job& job, size_t s, const SetStats& st, float* mean,
 
 // Planes [p0, p1) (p = sample * c + channel) by their maps.
 template <class T>
-void ApplyPlanes(const GroupSets<T>& sets, const GroupNormJobT<T>& job, size_t p0, size_t p1,
-                 const SpanAffine* affine, bool stream) {
+void ApplyPlanes(const GroupSets<T>& sets, const GroupNormJobT<T>& job, size_t p0,
+                 size_t p1, const SpanAffine* affine, bool stream) {
   const size_t spatial = job.spatial;
   if (!stream) {
     sets.k().planes_apply(job.x + p0 * spatial, spatial, p1 - p0, affine + p0,
@@ -139,8 +139,8 @@ nk_status ForwardPlanes(const GroupSets<T>& sets, const GroupNormJobT<T>& job,
 // Set s's outputs and its channels' maps in its sample's ColumnAffine arrays a
 // (scale, shift, rstd, mul, add: c each).
 template <class Job>
-void FinishColumnSet(const Job& job, size_t s, const SetStats& st, float* a,
-                     float* mean, float* rstd) {
+void FinishColumnSet(const Job& job, size_t s, const SetStats& st, float* a, float* mean,
+                     float* rstd) {
   if (mean != nullptr) mean[s] = st.mean_out;
   if (rstd != nullptr) rstd[s] = st.rstd_out;
   const size_t c = job.c, cg = job.group_channels();
@@ -157,8 +157,8 @@ void FinishColumnSet(const Job& job, size_t s, const SetStats& st, float* a,
 // Rows [r0, r1) of a sample by its maps a; the slow path's steps only where one of
 // its sets took it.
 template <class T>
-void ApplyRows(const ChannelNormKernelsT<T>& k, const GroupNormJobT<T>& job, size_t sample,
-               size_t r0, size_t r1, const float* a, bool stream) {
+void ApplyRows(const ChannelNormKernelsT<T>& k, const GroupNormJobT<T>& job,
+               size_t sample, size_t r0, size_t r1, const float* a, bool stream) {
   const size_t c = job.c, at = (sample * job.spatial + r0) * c;
   const bool scaled = std::any_of(a, a + c, [](float v) { return v != 1.0f; });
   k.column_apply(

@@ -34,8 +34,8 @@ nk_status GroupNormForward(const GroupNormJobT<T>& job, float* mean, float* rstd
 
 // Backward from the forward's mean / rstd: dx, and dgamma / dbeta where wanted.
 template <class T>
-nk_status GroupNormBackward(const GroupNormJobT<T>& job, const float* mean, const float* rstd,
-                            float* dgamma, float* dbeta);
+nk_status GroupNormBackward(const GroupNormJobT<T>& job, const float* mean,
+                            const float* rstd, float* dgamma, float* dbeta);
 
 }  // namespace nk
 

@@ -121,22 +121,21 @@ extern "C" {
 
 // GroupNorm's forward and backward for tensors of CTYPE (the C type) held as ELEM (the
 // kernels' type), named with SUFFIX.
-#define NK_GROUPNORM_KERNELS(SUFFIX, CTYPE, ELEM)                                        \
-  nk_status nk_groupnorm_forward_##SUFFIX(size_t n, size_t c, size_t spatial,            \
-                                          size_t groups, nk_layout layout,               \
-                                          const CTYPE* x, const float* gamma,            \
-                                          const float* beta, float eps, CTYPE* y,        \
-                                          float* mean, float* rstd) {                    \
-    return nk::Forward<ELEM>(__func__, n, c, spatial, groups, layout, nk::As<ELEM>(x),   \
-                             gamma, beta, eps, nk::As<ELEM>(y), mean, rstd);             \
-  }                                                                                      \
-  nk_status nk_groupnorm_backward_##SUFFIX(                                              \
-      size_t n, size_t c, size_t spatial, size_t groups, nk_layout layout,               \
-      const CTYPE* x, const CTYPE* dy, const float* mean, const float* rstd,             \
-      const float* gamma, CTYPE* dx, float* dgamma, float* dbeta) {                      \
-    return nk::Backward<ELEM>(__func__, n, c, spatial, groups, layout, nk::As<ELEM>(x),  \
-                              nk::As<ELEM>(dy), mean, rstd, gamma, nk::As<ELEM>(dx),     \
-                              dgamma, dbeta);                                            \
+#define NK_GROUPNORM_KERNELS(SUFFIX, CTYPE, ELEM)                                       \
+  nk_status nk_groupnorm_forward_##SUFFIX(                                              \
+      size_t n, size_t c, size_t spatial, size_t groups, nk_layout layout,              \
+      const CTYPE* x, const float* gamma, const float* beta, float eps, CTYPE* y,       \
+      float* mean, float* rstd) {                                                       \
+    return nk::Forward<ELEM>(__func__, n, c, spatial, groups, layout, nk::As<ELEM>(x),  \
+                             gamma, beta, eps, nk::As<ELEM>(y), mean, rstd);            \
+  }                                                                                     \
+  nk_status nk_groupnorm_backward_##SUFFIX(                                             \
+      size_t n, size_t c, size_t spatial, size_t groups, nk_layout layout,              \
+      const CTYPE* x, const CTYPE* dy, const float* mean, const float* rstd,            \
+      const float* gamma, CTYPE* dx, float* dgamma, float* dbeta) {                     \
+    return nk::Backward<ELEM>(__func__, n, c, spatial, groups, layout, nk::As<ELEM>(x), \
+                              nk::As<ELEM>(dy), mean, rstd, gamma, nk::As<ELEM>(dx),    \
+                              dgamma, dbeta);                                           \
   }
 
 NK_GROUPNORM_KERNELS(f32, float, float)

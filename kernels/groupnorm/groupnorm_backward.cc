@@ -58,8 +58,8 @@ GradSums SetMeans(const Job& job, size_t s, const SumOf& sum) {
 
 // dgamma, dbeta of channels [c0, c1) from the samples' sums sum(sample, ch).
 template <class Job, class SumOf>
-void ParamGrads(const Job& job, size_t c0, size_t c1, const SumOf& sum,
-                float* dgamma, float* dbeta) {
+void ParamGrads(const Job& job, size_t c0, size_t c1, const SumOf& sum, float* dgamma,
+                float* dbeta) {
   for (size_t ch = c0; ch < c1; ++ch) {
     const GradSums s = AddPairwise(0, job.n, [&](size_t i) { return sum(i, ch); });
     if (dgamma != nullptr) dgamma[ch] = s.a_xhat;
@@ -324,8 +324,8 @@ nk_status GroupNormBackward(const GroupNormJobT<T>& job, const float* mean,
   return BackwardPlanes(ctx, job, mean, rstd, dgamma, dbeta);
 }
 
-#define NK_GROUPNORM_BACKWARD(T)                                                     \
-  template nk_status GroupNormBackward(const GroupNormJobT<T>&, const float*,        \
+#define NK_GROUPNORM_BACKWARD(T)                                              \
+  template nk_status GroupNormBackward(const GroupNormJobT<T>&, const float*, \
                                        const float*, float*, float*);
 NK_GROUPNORM_BACKWARD(float)
 NK_GROUPNORM_BACKWARD(hwy::bfloat16_t)
