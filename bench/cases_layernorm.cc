@@ -17,10 +17,6 @@ namespace {
 enum class Op { kLayerNorm, kRmsNorm, kAddLayerNorm, kAddRmsNorm };
 const char* const kOpNames[] = {"layernorm", "rmsnorm", "add_layernorm", "add_rmsnorm"};
 
-// The tensors' element type.
-enum class Elem { kF32, kBf16, kF16 };
-const char* const kElemSuffixes[] = {"", "_bf16", "_f16"};
-
 // Registers case c (kernel, shape, bytes and output set) running `body` at c's ISA and
 // threads.
 void RegisterAtIsa(const Case& c, std::function<void()> body) {
@@ -76,8 +72,7 @@ void RegisterRowNorm(Op op, size_t rows, size_t cols, Case c) {
 void RegisterHalfRowNorm(Op op, Elem elem, size_t rows, size_t cols, Case c) {
   const size_t n = rows * cols, off = c.offset;
   const bool bf16 = elem == Elem::kBf16;
-  c.kernel = std::string(kOpNames[static_cast<int>(op)]) +
-             kElemSuffixes[static_cast<int>(elem)];
+  c.kernel = std::string(kOpNames[static_cast<int>(op)]) + ElemSuffix(elem);
   c.shape = std::to_string(rows) + "x" + std::to_string(cols);
   c.elements = static_cast<double>(n);
   c.bytes = 2.0 * n * sizeof(uint16_t);  // x, y

@@ -223,11 +223,12 @@ std::string OneDnnLayerNormBackward(size_t rows, size_t cols, int threads,
 struct BatchNormMemory {
   dnnl::memory::desc data, param;
   std::string shape;
-  BatchNormMemory(size_t n, size_t c, size_t h, size_t w, bool nhwc) {
+  BatchNormMemory(size_t n, size_t c, size_t h, size_t w, bool nhwc,
+                  dnnl::memory::data_type type = dnnl::memory::data_type::f32) {
     using dnnl::memory;
     const memory::dims dims = {static_cast<memory::dim>(n), static_cast<memory::dim>(c),
                                static_cast<memory::dim>(h), static_cast<memory::dim>(w)};
-    data = memory::desc(dims, memory::data_type::f32,
+    data = memory::desc(dims, type,
                         nhwc ? memory::format_tag::nhwc : memory::format_tag::nchw);
     param = memory::desc({static_cast<memory::dim>(c)}, memory::data_type::f32,
                          memory::format_tag::a);
@@ -252,24 +253,37 @@ struct BatchNormMemory {
 };
 
 std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
-                            bool training, int threads, size_t offset) {
+                            bool training, int threads, size_t offset, bool bf16) {
   const ThreadsDuringCreation creation(threads);
   const size_t elements = n * c * h * w;
-  const BatchNormMemory m(n, c, h, w, nhwc);
-  const dnnl::batch_normalization_forward::primitive_desc pd = m.Forward(training);
+  const BatchNormMemory m(
+      n, c, h, w, nhwc,
+      bf16 ? dnnl::memory::data_type::bf16 : dnnl::memory::data_type::f32);
+  dnnl::batch_normalization_forward::primitive_desc pd;
+  try {
+    pd = m.Forward(training);
+  } catch (const dnnl::error&) {
+    return "";  // no implementation of this type at this ISA
+  }
   auto job = std::make_shared<Job>();
   job->primitive = std::make_unique<dnnl::batch_normalization_forward>(pd);
   float* var = Tensor(9, c, offset);
   for (size_t i = 0; i < c; ++i) var[i] = 1.0f;
-  job->args = {{DNNL_ARG_SRC, Wrap(m.data, Tensor(0, elements, offset))},
-               {DNNL_ARG_DST, Wrap(m.data, Tensor(3, elements, offset))},
+  void* src = bf16 ? static_cast<void*>(HalfTensor(0, elements, offset, true))
+                   : Tensor(0, elements, offset);
+  void* dst = bf16 ? static_cast<void*>(HalfTensor(3, elements, offset, true))
+                   : Tensor(3, elements, offset);
+  job->args = {{DNNL_ARG_SRC, Wrap(m.data, src)},
+               {DNNL_ARG_DST, Wrap(m.data, dst)},
                {DNNL_ARG_MEAN, Wrap(m.param, Tensor(8, c, offset))},
                {DNNL_ARG_VARIANCE, Wrap(m.param, var)},
                {DNNL_ARG_SCALE, Wrap(m.param, Gamma(c, offset))},
                {DNNL_ARG_SHIFT, Wrap(m.param, Beta(c, offset))}};
-  return RegisterJob(training ? "onednn_batchnorm_training" : "onednn_batchnorm_inference",
-                     m.shape, static_cast<double>(elements), job, pd.impl_info_str(),
-                     threads, offset);
+  return RegisterJob(
+      std::string(training ? "onednn_batchnorm_training" : "onednn_batchnorm_inference") +
+          (bf16 ? "_bf16" : ""),
+      m.shape, static_cast<double>(elements), job, pd.impl_info_str(), threads, offset, 2,
+      bf16 ? sizeof(uint16_t) : sizeof(float));
 }
 
 std::string OneDnnBatchNormBackward(size_t n, size_t c, size_t h, size_t w, bool nhwc,
@@ -304,7 +318,8 @@ std::string CapOneDnn(const std::string&) { return ""; }
 std::string OneDnnLayerNorm(size_t, size_t, int, size_t) { return ""; }
 std::string OneDnnLayerNormBackward(size_t, size_t, int, size_t) { return ""; }
 std::string OneDnnLayerNormBf16(size_t, size_t, int, size_t) { return ""; }
-std::string OneDnnBatchNorm(size_t, size_t, size_t, size_t, bool, bool, int, size_t) {
+std::string OneDnnBatchNorm(size_t, size_t, size_t, size_t, bool, bool, int, size_t,
+                            bool) {
   return "";
 }
 std::string OneDnnBatchNormBackward(size_t, size_t, size_t, size_t, bool, int, size_t) {

@@ -44,6 +44,12 @@ struct Case {
   size_t out_bytes = sizeof(float);
 };
 
+// The tensors' element type, and its suffix in kernel names ("", "_bf16", "_f16").
+enum class Elem { kF32, kBf16, kF16 };
+inline const char* ElemSuffix(Elem e) {
+  return e == Elem::kBf16 ? "_bf16" : e == Elem::kF16 ? "_f16" : "";
+}
+
 // Where the suite places arrays: on a 64-byte boundary (as PyTorch's allocator) and
 // 16 bytes past one (as malloc and NumPy place large arrays).
 constexpr size_t kOffsets[] = {0, 16};
@@ -93,6 +99,17 @@ float* Tensor(int slot, size_t n, size_t offset = 0);
 // places them: values k / 256 in [0, 1), exact in both formats.
 uint16_t* HalfTensor(int slot, size_t n, size_t offset, bool bf16);
 
+// The tensor in `slot` of n elements of type E: Tensor's floats, or (E a 16-bit type)
+// HalfTensor's elements of `elem`'s format.
+template <class E>
+E* Elements(int slot, size_t n, size_t offset, Elem elem) {
+  if constexpr (sizeof(E) == sizeof(float)) {
+    return Tensor(slot, n, offset);
+  } else {
+    return HalfTensor(slot, n, offset, elem == Elem::kBf16);
+  }
+}
+
 // Per-channel / per-column parameters (gamma near 1, beta), n floats at `offset`.
 const float* Gamma(size_t n, size_t offset);
 const float* Beta(size_t n, size_t offset);
@@ -104,8 +121,10 @@ std::string OneDnnLayerNorm(size_t rows, size_t cols, int threads, size_t offset
 std::string OneDnnLayerNormBf16(size_t rows, size_t cols, int threads, size_t offset);
 // Its backward (diff_src, diff_scale, diff_shift from src, diff_dst, mean, variance).
 std::string OneDnnLayerNormBackward(size_t rows, size_t cols, int threads, size_t offset);
+// bf16: src and dst bf16 on HalfTensor's buffers; "" where oneDNN has no such
+// implementation for the process's ISA.
 std::string OneDnnBatchNorm(size_t n, size_t c, size_t h, size_t w, bool nhwc,
-                            bool training, int threads, size_t offset);
+                            bool training, int threads, size_t offset, bool bf16 = false);
 std::string OneDnnBatchNormBackward(size_t n, size_t c, size_t h, size_t w, bool nhwc,
                                     int threads, size_t offset);
 
