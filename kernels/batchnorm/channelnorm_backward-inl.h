@@ -292,9 +292,11 @@ void ColumnGradApply(const T* x, const T* dy, size_t rows, size_t c, const Colum
                          dx + done);
 }
 
-// The target's table for tensors of type T.
+// The target's table for tensors of type T; constexpr, so the tables are constant-
+// initialized (a dynamic initializer compiled for AVX-512 would run at load time on
+// any CPU).
 template <class T>
-ChannelNormKernelsT<T> ChannelNormTable() {
+constexpr ChannelNormKernelsT<T> ChannelNormTable() {
   return {&ChannelSpanMoments<T>,
           &ShortPlaneMax,
           &ShortPlaneScratchFloats,
