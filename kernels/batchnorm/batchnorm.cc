@@ -27,6 +27,10 @@ namespace nk {
 
 namespace {
 
+// Declared here, so that BatchNormTraining's two uses name one tag (as local classes
+// of a function template, clang gave them one mangled name and refused the second).
+struct TrainingAffineTag;
+
 // Training's affine map of a channel: y = (x - mean) * (rstd * gamma) + beta; on the
 // slow path ((x * scale - mean) * rstd) * gamma + beta in the scaled units. x - mean
 // comes first, so a constant channel gives exactly beta.
