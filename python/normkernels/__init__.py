@@ -2,23 +2,25 @@
 """normkernels: NumPy bindings of libnormkernels (SIMD LayerNorm / RMSNorm / BatchNorm
 / GroupNorm kernels).
 
-Arrays are float32; the LayerNorm family's forwards (layer_norm, rms_norm,
-add_layer_norm, add_rms_norm) also take float16 x and residual, giving float16 y and
-sum (computed in float32, each value rounded once to nearest even; the fused forms
-normalize the rounded sum), while gamma, beta and the statistics stay float32. Their
-backwards likewise take float16 dy, x (sum), dsum and out, giving float16 dx (the
-float32 backward's on the widened arrays, rounded once) and float32 dgamma and dbeta.
-The other functions have no half form yet and refuse float16. The LayerNorm family
-normalizes over the last axis, or over the trailing normalized_shape as
-torch.nn.functional.layer_norm (the leading axes are flattened into rows); its x,
-residual, out and sum_out may be row-strided views (a row's axes contiguous, the
-leading axes one stride apart: x[:, :64] of a fused QKV buffer, one head of a
-[tokens, heads, dim] array), read and written in place; arrays it creates are
-C-contiguous. BatchNorm normalizes per channel, axis 1 of
-(N, C, *spatial) or the last axis with channels_last, of C-contiguous arrays. gamma /
-beta may also be given as weight= / bias=, PyTorch's names. GroupNorm (and
-InstanceNorm, a group per channel) normalizes each sample's groups of channels, laid
-out as BatchNorm's. Zero-size inputs give empty outputs, as in PyTorch.
+Arrays are float32, or float16 for the tensors normalized and their gradients: every
+forward (batch_norm_moments too) takes float16 x (and residual), giving float16 y (and
+sum), computed in float32, each value rounded once to nearest even (the fused forms
+normalize the rounded sum); every backward (the reduce and apply steps too) takes
+float16 dy, x (sum), dsum and out, giving float16 dx (the float32 backward's on the
+widened arrays, rounded once). A call's tensors have one dtype. gamma, beta,
+statistics, moments, running statistics and sums are float32 either way, as are the
+results that are not tensors (the float32 function's bits on the widened arrays);
+moments_merge and batch_norm_update_running, which take only those, refuse float16.
+The LayerNorm family normalizes over the last axis, or over the trailing
+normalized_shape as torch.nn.functional.layer_norm (the leading axes are flattened
+into rows); its x, residual, out and sum_out may be row-strided views (a row's axes
+contiguous, the leading axes one stride apart: x[:, :64] of a fused QKV buffer, one
+head of a [tokens, heads, dim] array), read and written in place; arrays it creates
+are C-contiguous. BatchNorm normalizes per channel, axis 1 of (N, C, *spatial) or
+the last axis with channels_last, of C-contiguous arrays. gamma / beta may also be
+given as weight= / bias=, PyTorch's names. GroupNorm (and InstanceNorm, a group per
+channel) normalizes each sample's groups of channels, laid out as BatchNorm's.
+Zero-size inputs give empty outputs, as in PyTorch.
 
 The backward functions (layer_norm_backward, ..., group_norm_backward) take the
 forward's saved statistics and give the gradients PyTorch's autograd gives.
@@ -146,10 +148,12 @@ def _split_rows(shape, norm, name):
                      "must have at least one")
 
 
-def _output(out, like, name):
+def _output(out, like, name, whose):
+    """out, checked: a C-contiguous writable array of like's shape and dtype (whose: as
+    _args.array's), or a new one when None."""
     if out is None:
-        return np.empty(like.shape, np.float32)
-    return _writable(_array(out, name, like.shape), name)
+        return np.empty(like.shape, like.dtype)
+    return _writable(_array(out, name, like.shape, dtype=like.dtype, whose=whose), name)
 
 
 def _rows(x, name, normalized_shape, half=False):
@@ -437,12 +441,26 @@ def add_rms_norm_backward(dy, sum, rrms, gamma=None, dsum=None, *, out=None,
 # ---------------------------------------------------------------- BatchNorm
 
 _NCHW, _NHWC = 0, 1
+# The per-channel norms' kernels (BatchNorm's and GroupNorm's) of each element type
+# (f32, bf16, f16), as attributes named without prefix and type: batchnorm_backward,
+# groupnorm_forward, ... The tensors x, y, dy and dx are of that type; the rest float32.
+_CHANNEL_NORMS = {t: types.SimpleNamespace(**{
+    name: getattr(_lib, f"nk_{name}_{t}") for name in (
+        "batchnorm_forward_training", "batchnorm_forward_inference", "batchnorm_moments",
+        "batchnorm_backward", "batchnorm_backward_reduce", "batchnorm_backward_apply",
+        "groupnorm_forward", "groupnorm_backward")}) for t in ("f32", "bf16", "f16")}
+# Whose dtype an array must have, for the messages of the per-channel norms.
+_CHANNEL_X = "x's: x and out have one dtype"
+_CHANNEL_GRADIENT = "x's: dy, x and out have one dtype"
+_RUNNING = "running statistics are float32 with x of either dtype"
+_SUMS_DTYPE = "the sums are float32 with x of either dtype"
 
 
 def _bn_input(x, channels_last):
-    """x checked; a non-contiguous x that is a zero-copy view away from one of the
-    two layouts (a channels_last tensor's NCHW view) is refused naming that view."""
-    x = _array(x, "x", contiguous=False)
+    """x checked, float32 or float16 (its dtype sets that of dy and out); a
+    non-contiguous x that is a zero-copy view away from one of the two layouts (a
+    channels_last tensor's NCHW view) is refused naming that view."""
+    x = _half_or_float32(x, "x")
     if x.ndim < 2:
         raise ValueError(f"x must have at least 2 dimensions (N, C, ...), not {x.ndim}")
     if x.flags.c_contiguous:
@@ -478,8 +496,9 @@ def _bn_shape(x, channels_last):
     return n, c, spatial
 
 
-def _channel_vector(a, name, c, writable=False):
-    a = _array(a, name, (c,))
+def _channel_vector(a, name, c, writable=False, whose=None):
+    """A float32 array of one value per channel (whose: as _args.array's)."""
+    a = _array(a, name, (c,), whose=whose)
     return _writable(a, name) if writable else a
 
 
@@ -513,22 +532,26 @@ def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
     place by every training call. momentum=None then makes the running statistics a
     cumulative average, as PyTorch's BatchNorm with momentum=None: each update uses
     momentum = 1 / num_batches_tracked (after the increment), so that they are the
-    mean of every batch's statistics."""
+    mean of every batch's statistics.
+
+    x and out are float32 or both float16 (y the float32 forward's on the widened x,
+    rounded once to nearest even); the parameters and statistics float32 either way."""
     gamma, beta = _affine(gamma, beta, weight, bias)
     eps = _float32(eps, "eps")
     x = _bn_input(x, channels_last)
     n, c, spatial = _bn_shape(x, channels_last)
     layout = _NHWC if channels_last else _NCHW
-    running_mean = _channel_vector(running_mean, "running_mean", c, writable=training)
-    running_var = _channel_vector(running_var, "running_var", c, writable=training)
-    gamma = _channel_vector(gamma, "gamma", c)
-    beta = _channel_vector(beta, "beta", c)
-    y = _output(out, x, "out")
+    running_mean = _channel_vector(running_mean, "running_mean", c, training, _RUNNING)
+    running_var = _channel_vector(running_var, "running_var", c, training, _RUNNING)
+    gamma = _channel_vector(gamma, "gamma", c, whose=_PARAMETERS)
+    beta = _channel_vector(beta, "beta", c, whose=_PARAMETERS)
+    y = _output(out, x, "out", _CHANNEL_X)
+    k = _CHANNEL_NORMS[_TYPES[x.dtype]]
     if not training:
         if running_mean is None or running_var is None:
             raise ValueError("running_mean and running_var are required when not "
                              "training")
-        _check(_lib.nk_batchnorm_forward_inference_f32(
+        _check(k.batchnorm_forward_inference(
             n, c, spatial, layout, _ptr(x), _ptr(running_mean), _ptr(running_var),
             _ptr(gamma), _ptr(beta), eps, _ptr(y)))
         return y
@@ -545,7 +568,7 @@ def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
         momentum = 1.0 / batches
     save_mean = np.empty(c, np.float32) if return_stats else None
     save_rstd = np.empty(c, np.float32) if return_stats else None
-    _check(_lib.nk_batchnorm_forward_training_f32(
+    _check(k.batchnorm_forward_training(
         n, c, spatial, layout, _ptr(x), _ptr(gamma), _ptr(beta), eps, momentum,
         _ptr(running_mean), _ptr(running_var), _ptr(y), _ptr(save_mean), _ptr(save_rstd)))
     if batches is not None:
@@ -560,13 +583,14 @@ def batch_norm(x, running_mean=None, running_var=None, gamma=None, beta=None,
 
 def batch_norm_moments(x, channels_last=False):
     """SyncBatchNorm, step 1: this shard's (count, mean, m2) per channel, m2 being the
-    sum of squared deviations from the mean."""
+    sum of squared deviations from the mean. x float32 or float16 (the float32 moments
+    of the widened x)."""
     x = _bn_input(x, channels_last)
     n, c, spatial = _bn_shape(x, channels_last)
     mean = np.empty(c, np.float32)
     m2 = np.empty(c, np.float32)
-    _check(_lib.nk_batchnorm_moments_f32(n, c, spatial, _NHWC if channels_last else _NCHW,
-                                         _ptr(x), _ptr(mean), _ptr(m2)))
+    _check(_CHANNEL_NORMS[_TYPES[x.dtype]].batchnorm_moments(
+        n, c, spatial, _NHWC if channels_last else _NCHW, _ptr(x), _ptr(mean), _ptr(m2)))
     return n * spatial, mean, m2
 
 
@@ -609,15 +633,19 @@ def batch_norm_update_running(count, mean, m2, momentum, running_mean, running_v
 
 def _bn_gradient_inputs(dy, x, mean, rstd, channels_last, stats, groups=None):
     """The arguments every BatchNorm backward reads, checked: (x, dy, mean, rstd, n, c,
-    spatial, layout). stats: what mean and rstd are, for the message when missing.
-    With groups, GroupNorm's backward's: mean and rstd (n, groups), groups dividing c."""
+    spatial, layout, the kernels of x's dtype). dy has x's dtype (float32 or float16),
+    mean and rstd are float32. stats: what mean and rstd are, for the message when
+    missing. With groups, GroupNorm's backward's: mean and rstd (n, groups), groups
+    dividing c."""
     x = _bn_input(x, channels_last)
     n, c, spatial = _bn_shape(x, channels_last)
     shape = (c,) if groups is None else (n, _groups(groups, c))
-    dy = _array(_required(dy, "dy", _DY), "dy", x.shape)
-    mean = _array(_required(mean, stats[0]), stats[0], shape)
-    rstd = _array(_required(rstd, stats[1]), stats[1], shape)
-    return x, dy, mean, rstd, n, c, spatial, _NHWC if channels_last else _NCHW
+    dy = _array(_required(dy, "dy", _DY), "dy", x.shape, dtype=x.dtype,
+                whose=_CHANNEL_GRADIENT)
+    mean = _array(_required(mean, stats[0]), stats[0], shape, whose=_STATISTICS)
+    rstd = _array(_required(rstd, stats[1]), stats[1], shape, whose=_STATISTICS)
+    return (x, dy, mean, rstd, n, c, spatial, _NHWC if channels_last else _NCHW,
+            _CHANNEL_NORMS[_TYPES[x.dtype]])
 
 
 def batch_norm_backward(dy, x, save_mean, save_rstd, gamma=None, channels_last=False, *,
@@ -628,20 +656,22 @@ def batch_norm_backward(dy, x, save_mean, save_rstd, gamma=None, channels_last=F
     save_mean, save_rstd: the forward's saved statistics (batch_norm(...,
     return_stats=True)), required; taken as exact. dgamma, dbeta: the gradients of
     gamma and beta, summed over the batch; param_grads=False skips them (None). x and
-    dy as the forward's x (channels_last the same); out may be dy (in place)."""
+    dy as the forward's x (channels_last the same); out may be dy (in place). dy, x
+    and out are float32 or all float16 (dx the float32 backward's on the widened
+    arrays, rounded once); the rest float32."""
     gamma = _alias(gamma, weight, "gamma", "weight")
     _flag(param_grads, "param_grads")
-    x, dy, mean, rstd, n, c, spatial, layout = _bn_gradient_inputs(
+    x, dy, mean, rstd, n, c, spatial, layout, k = _bn_gradient_inputs(
         dy, x, save_mean, save_rstd, channels_last, ("save_mean", "save_rstd"))
-    gamma = _channel_vector(gamma, "gamma", c)
-    dx = _output(out, x, "out")
+    gamma = _channel_vector(gamma, "gamma", c, whose=_PARAMETERS)
+    dx = _output(out, x, "out", _CHANNEL_GRADIENT)
     # Sums over the batch: with no value the library writes nothing, and they are 0.
     new = np.empty if n * spatial else np.zeros
     dgamma = new(c, np.float32) if param_grads else None
     dbeta = new(c, np.float32) if param_grads else None
-    _check(_lib.nk_batchnorm_backward_f32(n, c, spatial, layout, _ptr(x), _ptr(dy),
-                                          _ptr(mean), _ptr(rstd), _ptr(gamma), _ptr(dx),
-                                          _ptr(dgamma), _ptr(dbeta)))
+    _check(k.batchnorm_backward(n, c, spatial, layout, _ptr(x), _ptr(dy), _ptr(mean),
+                                _ptr(rstd), _ptr(gamma), _ptr(dx), _ptr(dgamma),
+                                _ptr(dbeta)))
     return dx, dgamma, dbeta
 
 
@@ -649,14 +679,15 @@ def batch_norm_backward_reduce(dy, x, mean, rstd, channels_last=False):
     """SyncBatchNorm backward, step 1: this shard's sums per channel, (sum_dy,
     sum_dy_xhat), with x_hat = (x - mean) * rstd from the merged statistics that
     normalized it (rstd = 1 / sqrt(m2 / count + eps)). They are the shard's dbeta and
-    dgamma; step 2 sums them over the shards (an allreduce)."""
-    x, dy, mean, rstd, n, c, spatial, layout = _bn_gradient_inputs(
+    dgamma; step 2 sums them over the shards (an allreduce). dy and x float32 or both
+    float16 (the float32 sums of the widened arrays)."""
+    x, dy, mean, rstd, n, c, spatial, layout, k = _bn_gradient_inputs(
         dy, x, mean, rstd, channels_last, ("mean", "rstd"))
     sum_dy = np.empty(c, np.float32)
     sum_dy_xhat = np.empty(c, np.float32)
-    _check(_lib.nk_batchnorm_backward_reduce_f32(n, c, spatial, layout, _ptr(x), _ptr(dy),
-                                                 _ptr(mean), _ptr(rstd), _ptr(sum_dy),
-                                                 _ptr(sum_dy_xhat)))
+    _check(k.batchnorm_backward_reduce(n, c, spatial, layout, _ptr(x), _ptr(dy),
+                                       _ptr(mean), _ptr(rstd), _ptr(sum_dy),
+                                       _ptr(sum_dy_xhat)))
     return sum_dy, sum_dy_xhat
 
 
@@ -664,17 +695,19 @@ def batch_norm_backward_apply(dy, x, mean, rstd, total_count, sum_dy, sum_dy_xha
                               gamma=None, channels_last=False, *, out=None, weight=None):
     """SyncBatchNorm backward, step 3: this shard's dx from the sums over every shard
     and the count of values per channel over every shard (moments_merge's count).
-    mean and rstd as in step 1; out may be dy (in place)."""
+    mean and rstd as in step 1; out may be dy (in place). dy, x and out float32 or all
+    float16 (dx rounded once), as batch_norm_backward's."""
     gamma = _alias(gamma, weight, "gamma", "weight")
     total_count = _integer(total_count, "total_count", "uint64_t")
-    x, dy, mean, rstd, n, c, spatial, layout = _bn_gradient_inputs(
+    x, dy, mean, rstd, n, c, spatial, layout, k = _bn_gradient_inputs(
         dy, x, mean, rstd, channels_last, ("mean", "rstd"))
-    sum_dy = _channel_vector(_required(sum_dy, "sum_dy", _SUMS), "sum_dy", c)
+    sum_dy = _channel_vector(_required(sum_dy, "sum_dy", _SUMS), "sum_dy", c,
+                             whose=_SUMS_DTYPE)
     sum_dy_xhat = _channel_vector(_required(sum_dy_xhat, "sum_dy_xhat", _SUMS),
-                                  "sum_dy_xhat", c)
-    gamma = _channel_vector(gamma, "gamma", c)
-    dx = _output(out, x, "out")
-    _check(_lib.nk_batchnorm_backward_apply_f32(
+                                  "sum_dy_xhat", c, whose=_SUMS_DTYPE)
+    gamma = _channel_vector(gamma, "gamma", c, whose=_PARAMETERS)
+    dx = _output(out, x, "out", _CHANNEL_GRADIENT)
+    _check(k.batchnorm_backward_apply(
         n, c, spatial, layout, _ptr(x), _ptr(dy), _ptr(mean), _ptr(rstd), _ptr(gamma),
         total_count, _ptr(sum_dy), _ptr(sum_dy_xhat), _ptr(dx)))
     return dx
@@ -709,19 +742,20 @@ def group_norm(x, groups, gamma=None, beta=None, eps=1e-5, channels_last=False,
     x: (N, C, *spatial), or (N, *spatial, C) with channels_last. out may be x.
 
     Returns y, or (y, mean, rstd) with return_stats, shaped (N, groups) (as
-    torch.native_group_norm's); NaN for a group of no value."""
+    torch.native_group_norm's); NaN for a group of no value. x and out are float32 or
+    both float16 (y rounded once), as batch_norm's."""
     gamma, beta = _affine(gamma, beta, weight, bias)
     eps = _float32(eps, "eps")
     x = _bn_input(x, channels_last)
     n, c, spatial = _bn_shape(x, channels_last)
     groups = _groups(groups, c)
-    gamma = _channel_vector(gamma, "gamma", c)
-    beta = _channel_vector(beta, "beta", c)
-    y = _output(out, x, "out")
+    gamma = _channel_vector(gamma, "gamma", c, whose=_PARAMETERS)
+    beta = _channel_vector(beta, "beta", c, whose=_PARAMETERS)
+    y = _output(out, x, "out", _CHANNEL_X)
     mean = np.empty((n, groups), np.float32) if return_stats else None
     rstd = np.empty((n, groups), np.float32) if return_stats else None
     if x.size:  # with no value, nothing to do (InstanceNorm's groups may be c = 0)
-        _check(_lib.nk_groupnorm_forward_f32(
+        _check(_CHANNEL_NORMS[_TYPES[x.dtype]].groupnorm_forward(
             n, c, spatial, groups, _NHWC if channels_last else _NCHW, _ptr(x),
             _ptr(gamma), _ptr(beta), eps, _ptr(y), _ptr(mean), _ptr(rstd)))
     elif return_stats:  # the statistics of no value
@@ -748,19 +782,20 @@ def group_norm_backward(dy, x, mean, rstd, groups, gamma=None, channels_last=Fal
     (N, groups), required; taken as exact. dgamma, dbeta: the gradients of gamma and
     beta, summed over the samples and spatial positions; param_grads=False skips them
     (None). x and dy as the forward's x (channels_last the same); out may be dy (in
-    place)."""
+    place). dy, x and out float32 or all float16 (dx rounded once), as
+    batch_norm_backward's."""
     gamma = _alias(gamma, weight, "gamma", "weight")
     _flag(param_grads, "param_grads")
-    x, dy, mean, rstd, n, c, spatial, layout = _bn_gradient_inputs(
+    x, dy, mean, rstd, n, c, spatial, layout, k = _bn_gradient_inputs(
         dy, x, mean, rstd, channels_last, ("mean", "rstd"), groups)
-    gamma = _channel_vector(gamma, "gamma", c)
-    dx = _output(out, x, "out")
+    gamma = _channel_vector(gamma, "gamma", c, whose=_PARAMETERS)
+    dx = _output(out, x, "out", _CHANNEL_GRADIENT)
     # Sums over the samples: with no value they are 0.
     new = np.empty if x.size else np.zeros
     dgamma = new(c, np.float32) if param_grads else None
     dbeta = new(c, np.float32) if param_grads else None
     if x.size:
-        _check(_lib.nk_groupnorm_backward_f32(
+        _check(k.groupnorm_backward(
             n, c, spatial, mean.shape[1], layout, _ptr(x), _ptr(dy), _ptr(mean),
             _ptr(rstd), _ptr(gamma), _ptr(dx), _ptr(dgamma), _ptr(dbeta)))
     return dx, dgamma, dbeta

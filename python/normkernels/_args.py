@@ -102,16 +102,17 @@ def view_ptr(a):
 
 
 class HalfRefused(TypeError):
-    """A float16 array given to a function the library has no half form of yet, named
-    from the stack when raised (a wrapper around each function cost every call 0.35
-    us)."""
+    """A float16 array given where only float32 is taken (moments_merge's and
+    batch_norm_update_running's moments and running statistics, which have no half
+    form), the function named from the stack when raised (a wrapper around each
+    function cost every call 0.35 us)."""
 
     def __init__(self, name, function=None):
         function = function or _public_caller()
-        super().__init__(f"{function}: half precision is not available for it yet "
-                         f"({name} is float16); give float32 arrays (layer_norm, "
-                         "rms_norm, add_layer_norm, add_rms_norm and their "
-                         "backwards take float16)")
+        super().__init__(f"{function}: {name} is float16; it takes float32 arrays only "
+                         "(moments, statistics and parameters are float32 in every "
+                         "precision: only the norms' tensors x, residual, dy, dsum and "
+                         "out may be float16)")
         self.name = name
 
 
@@ -130,8 +131,9 @@ def _public_caller():
 
 def array(a, name, shape=None, contiguous=True, dtype=_FLOAT32, whose=None):
     """a as an ndarray of dtype (float32 unless told; float16 where only float32 is
-    taken raises HalfRefused) and of the given shape, no copy, C-contiguous unless told
-    otherwise; None stays None. whose: whose dtype it must have, for the message."""
+    taken raises HalfRefused, unless whose is given) and of the given shape, no copy,
+    C-contiguous unless told otherwise; None stays None. whose: whose dtype it must
+    have, for the message."""
     if a is None:
         return None
     if not isinstance(a, np.ndarray):
@@ -151,8 +153,8 @@ def array(a, name, shape=None, contiguous=True, dtype=_FLOAT32, whose=None):
 
 
 def half_or_float32(a, name):
-    """a, an ndarray of float32 or float16 (the LayerNorm family's forwards' x), in any
-    layout: its dtype sets that of the other tensors of the call."""
+    """a, an ndarray of float32 or float16 (a norm's x, or sum), in any layout: its
+    dtype sets that of the other tensors of the call."""
     if isinstance(a, np.ndarray) and a.dtype == FLOAT16:
         return a
     if isinstance(a, np.ndarray) and a.dtype != _FLOAT32:

@@ -93,11 +93,14 @@ _SIGNATURES = {
                                                   _addr, ctypes.c_float, _addr,
                                                   _addr]),
 }
-# The LayerNorm family's half forwards and backwards (_bf16, _f16): the f32 forms'
-# arguments, the tensors (nk_bf16 / nk_f16 bit patterns) by address too.
+# The half forms (_bf16, _f16) of every kernel with tensors (all but nk_moments_merge
+# and nk_batchnorm_update_running): the f32 forms' arguments, the tensors (nk_bf16 /
+# nk_f16 bit patterns) by address too.
 _SIGNATURES.update({name[:-3] + half: _SIGNATURES[name] for name in list(_SIGNATURES)
                     if name.startswith(("nk_layernorm_", "nk_rmsnorm_",
-                                        "nk_add_layernorm_", "nk_add_rmsnorm_"))
+                                        "nk_add_layernorm_", "nk_add_rmsnorm_",
+                                        "nk_batchnorm_", "nk_groupnorm_"))
+                    and name != "nk_batchnorm_update_running_f32"
                     for half in ("bf16", "f16")})
 
 

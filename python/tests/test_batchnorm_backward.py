@@ -150,7 +150,8 @@ def test_wrong_arguments_raise_clear_errors():
     with pytest.raises(TypeError, match=r"save_rstd is required: the forward's saved "
                        r"statistic \(return_stats=True\)"):
         nk.batch_norm_backward(dy, x, mean, None)
-    with pytest.raises(TypeError, match="dy must have dtype float32, not float64"):
+    with pytest.raises(TypeError, match=r"dy must have dtype float32 \(x's: dy, x and "
+                       r"out have one dtype\), not float64"):
         nk.batch_norm_backward(dy.astype(np.float64), x, mean, rstd)
     with pytest.raises(ValueError, match=r"dy has shape \(2, 3, 3\); expected "
                        r"\(2, 3, 4\)"):

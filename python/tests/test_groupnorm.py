@@ -195,7 +195,8 @@ def test_wrong_arguments_raise_clear_errors():
     with pytest.raises(ValueError, match=r"beta has shape \(4,\); expected \(6,\)"):
         nk.group_norm(np.moveaxis(x, 1, -1).copy(), 3, beta=np.ones(4, np.float32),
                       channels_last=True)
-    with pytest.raises(TypeError, match="x must have dtype float32, not float64"):
+    with pytest.raises(TypeError, match="x must have dtype float32 or float16, not "
+                       "float64"):
         nk.group_norm(x.astype(np.float64), 3)
     with pytest.raises(ValueError, match="x must have at least 2 dimensions"):
         nk.instance_norm(x[0, 0])

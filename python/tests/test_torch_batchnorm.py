@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 
 import normkernels as nk
-from reference import bn_gradient_bounds, bn_reference, bn_running_reference, data
+from reference import bn_running_reference, data
 
 torch = pytest.importorskip("torch")
 import normkernels.torch as nkt  # noqa: E402 (needs torch)
 from sparse_gradient import SparseGradient  # noqa: E402
-from torch_steps import (conv_losses, eval_is_pytorchs, float64_slack,  # noqa: E402
+from torch_steps import (bn_bounds, conv_losses, eval_is_pytorchs,  # noqa: E402
                          in_layout, same_gradients_in_any_layout, step, within)
 
 F64 = torch.float64
@@ -54,11 +54,7 @@ def test_training_is_pytorchs_within_the_bound(name, shape, channels_last, momen
         want = step(theirs, torch.from_numpy(x).double(), torch.from_numpy(dy).double())
         like = in_layout(x, channels_last).stride()
         assert got[0].stride() == got[1].stride() == like  # in x's memory format
-        _, mean, var, count, y_bound = bn_reference(x, w, b, EPS, False)
-        assert within(got[0], want[0], float64_slack(y_bound, count))
-        _, *saved = nk.batch_norm(x, None, None, w, b, True, return_stats=True)
-        bounds = bn_gradient_bounds(dy, x, saved, (mean, 1 / np.sqrt(var + EPS)), w)
-        for g, theirs_g, bound in zip(got[1:], want[1:], bounds):
+        for g, theirs_g, bound in zip(got, want, bn_bounds(x, dy, w, b, EPS)):
             assert within(g, theirs_g, bound)
         running = bn_running_reference(x, running, 1 / (k + 1) if momentum is None
                                        else momentum, EPS)

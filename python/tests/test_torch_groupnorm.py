@@ -8,13 +8,12 @@ import numpy as np
 import pytest
 
 import normkernels as nk
-from reference import (U, bn_gradient_bounds, bn_running_reference, data,
-                       gn_backward_reference, gn_reference)
+from reference import U, bn_running_reference, data
 
 torch = pytest.importorskip("torch")
 import normkernels.torch as nkt  # noqa: E402 (needs torch)
 from sparse_gradient import SparseGradient  # noqa: E402
-from torch_steps import (conv_losses, eval_is_pytorchs, float64_slack,  # noqa: E402
+from torch_steps import (conv_losses, eval_is_pytorchs, gn_bounds,  # noqa: E402
                          in_layout, same_gradients_in_any_layout, step, within)
 
 F64 = torch.float64
@@ -40,20 +39,10 @@ def pair(ours, theirs, w, b):
 
 
 def bounds(x, dy, groups, w, b, channels_last):
-    """The bounds on y and on the gradients of input, weight and bias against
-    PyTorch's float64 ones: gn_reference's on y; bn_gradient_bounds' with GroupNorm's
-    reference from the statistics the library's forward saves in x's memory
-    format."""
-    _, mean, rstd, y_bound = gn_reference(x, groups, w, b, EPS)
-    nhwc = np.ascontiguousarray(np.moveaxis(x, 1, -1))
-    saved = nk.group_norm(nhwc if channels_last else x, groups, w, b, EPS,
-                          channels_last, return_stats=True)[1:]
-
-    def backward(*args, **kw):
-        return gn_backward_reference(*args[:4], groups, *args[4:], **kw)
-
-    grad_bounds = bn_gradient_bounds(dy, x, saved, (mean, rstd), w, backward)
-    return float64_slack(y_bound, x[0].size // groups), grad_bounds
+    """gn_bounds: the bound on y, and those on the gradients of input, weight and
+    bias."""
+    y_bound, *grad_bounds = gn_bounds(x, dy, groups, w, b, channels_last, EPS)
+    return y_bound, grad_bounds
 
 
 @pytest.mark.parametrize("shape, groups, channels_last", CASES)

@@ -3,8 +3,8 @@
 and modules against the float64 reference rounded to the tensors' dtype and against
 PyTorch computing in float32 then rounding; gradients (the _bf16 / _f16 backwards,
 called on the tensors themselves: the f32 backward on the widened tensors, dx rounded
-once) against the f32 binding's and PyTorch's float32 autograd rounded; mixed dtypes,
-and the norms without a half form, refused."""
+once) against the f32 binding's and PyTorch's float32 autograd rounded; mixed dtypes
+refused. BatchNorm's and GroupNorm's: test_torch_channelnorm_half."""
 import numpy as np
 import pytest
 
@@ -250,25 +250,3 @@ def test_mixed_dtypes_are_refused_or_given_to_pytorch():
         nkt.RMSNorm(8, dtype=torch.bfloat16)(x32)
     y, s = nkt.add_rms_norm(x, x32, 8, fallback=True)  # PyTorch's: promoted
     assert s.dtype is F32 and torch.equal(s, x32 + x32)
-
-
-@pytest.mark.parametrize("dtype", HALVES, ids=HALVES.get)
-def test_norms_without_a_half_form_refuse_half_tensors(dtype):
-    x = half((4, 3, 5), 1, dtype)
-    no_half = r" tensor on cpu .*float32 CPU tensors only; half precision is not " \
-              r"available for {} yet \(fallback=True"
-    with pytest.raises(TypeError, match="batch_norm: input is a " + str(dtype)
-                       + no_half.format("batch_norm")):
-        nkt.batch_norm(x, None, None, training=True)
-    with pytest.raises(TypeError, match=no_half.format("group_norm")):
-        nkt.group_norm(x, 3)
-    with pytest.raises(TypeError, match=no_half.format("instance_norm")):
-        nkt.instance_norm(x)
-    with pytest.raises(TypeError, match="BatchNorm1d: weight is a " + str(dtype)
-                       + no_half.format("BatchNorm1d")):
-        nkt.BatchNorm1d(3, dtype=dtype)
-    with pytest.raises(TypeError, match=no_half.format("GroupNorm")):
-        nkt.GroupNorm(1, 3, dtype=dtype)
-    if dtype is torch.bfloat16:  # PyTorch 1.13's CPU GroupNorm has no float16
-        assert torch.equal(nkt.group_norm(x, 3, fallback=True),
-                           torch.nn.functional.group_norm(x, 3))

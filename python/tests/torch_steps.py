@@ -1,13 +1,16 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the tests of normkernels.torch's modules share (imported after torch is
 found): inputs in a memory format, a forward and backward step, the comparison within
-a bound, and training runs compared by their losses."""
+a bound and the bounds of BatchNorm's and GroupNorm's steps, and training runs
+compared by their losses."""
 import copy
 
 import numpy as np
 import torch
 
-from reference import U, bn_gradient_bounds, bn_inference_reference
+import normkernels as nk
+from reference import (U, bn_gradient_bounds, bn_inference_reference, bn_reference,
+                       gn_backward_reference, gn_reference)
 
 
 def in_layout(a, channels_last):
@@ -84,22 +87,55 @@ def conv_losses(theirs, ours, memory_format):
     return model, mine, sgd_losses(model, x, target), sgd_losses(mine, x, target)
 
 
+def bn_bounds(x, dy, w, b, eps=1e-5):
+    """The bounds on a training BatchNorm step's (y, dx, dweight, dbias) of x
+    (N, C, *spatial) against PyTorch's float64 ones: bn_reference's on y (with
+    PyTorch's float64 rounding); bn_gradient_bounds from the statistics the library's
+    forward saves."""
+    _, mean, var, count, y_bound = bn_reference(x, w, b, eps, False)
+    _, *saved = nk.batch_norm(x, None, None, w, b, True, eps=eps, return_stats=True)
+    return [float64_slack(y_bound, count),
+            *bn_gradient_bounds(dy, x, saved, (mean, 1 / np.sqrt(var + eps)), w)]
+
+
+def gn_bounds(x, dy, groups, w, b, channels_last, eps=1e-5):
+    """The bounds on a GroupNorm step's (y, dx, dweight, dbias) of x (N, C, *spatial)
+    against PyTorch's float64 ones: gn_reference's on y; bn_gradient_bounds with
+    GroupNorm's reference from the statistics the library's forward saves in x's
+    memory format."""
+    _, mean, rstd, y_bound = gn_reference(x, groups, w, b, eps)
+    nhwc = np.ascontiguousarray(np.moveaxis(x, 1, -1))
+    saved = nk.group_norm(nhwc if channels_last else x, groups, w, b, eps,
+                          channels_last, return_stats=True)[1:]
+
+    def backward(*args, **kw):
+        return gn_backward_reference(*args[:4], groups, *args[4:], **kw)
+
+    grad_bounds = bn_gradient_bounds(dy, x, saved, (mean, rstd), w, backward)
+    return [float64_slack(y_bound, x[0].size // groups), *grad_bounds]
+
+
+def eval_bounds(x, dy, rm, rv, w, b, exact_dx, eps=1e-5):
+    """The bounds on an eval-mode step's (y, dx, dweight, dbias) of x (N, C, *spatial)
+    normalized with running statistics rm, rv against PyTorch's float64 ones (exact_dx
+    its dx): y's, and those of the gradients of the per-channel affine map it is:
+    dx = dy * weight * rstd (the library's inference forward of dy: weight * rstd and
+    the product each rounded once), dgamma = sum dy * x_hat and dbeta = sum dy (its
+    backward sums, from rstd = rsqrt(running_var + eps) in float32)."""
+    _, y_bound = bn_inference_reference(x, rm, rv, w, b, eps, False)
+    rstd = torch.rsqrt(torch.from_numpy(rv) + eps).numpy()
+    bounds = bn_gradient_bounds(dy, x, (rm, rstd), (rm, 1 / np.sqrt(rv + eps)), w)
+    return [float64_slack(y_bound, 1), 3 * U * np.abs(exact_dx) + 1e-30, *bounds[1:]]
+
+
 def eval_is_pytorchs(ours, theirs, x, dy, w, b, channels_last, eps=1e-5):
     """Whether ours in eval mode, normalizing x (N, C, *spatial) with running statistics
-    (theirs, in float64, holding the same), is theirs within the bound: y, and the
-    gradients of the per-channel affine map it is: dx = dy * weight * rstd (the
-    library's inference forward of dy: weight * rstd and the product each rounded
-    once), dgamma = sum dy * x_hat and dbeta = sum dy (its backward sums, from
-    rstd = rsqrt(running_var + eps) in float32). w, b: the weight and bias of both."""
+    (theirs, in float64, holding the same), is theirs within eval_bounds: y and the
+    gradients. w, b: the weight and bias of both."""
     rm, rv = (getattr(ours, name).numpy().copy() for name in ("running_mean",
                                                              "running_var"))
     got = step(ours, in_layout(x, channels_last), in_layout(dy, channels_last))
     want = step(theirs, torch.from_numpy(x).double(), torch.from_numpy(dy).double())
-    _, y_bound = bn_inference_reference(x, rm, rv, w, b, eps, False)
-    ok = [within(got[0], want[0], float64_slack(y_bound, 1)),
-          within(got[1], want[1], 3 * U * np.abs(want[1].numpy()) + 1e-30)]
-    rstd = torch.rsqrt(torch.from_numpy(rv) + eps).numpy()
-    bounds = bn_gradient_bounds(dy, x, (rm, rstd), (rm, 1 / np.sqrt(rv + eps)), w)
-    ok += [within(g, theirs_g, bound)
-           for g, theirs_g, bound in zip(got[2:], want[2:], bounds[1:])]
-    return all(ok)
+    bounds = eval_bounds(x, dy, rm, rv, w, b, want[1].numpy(), eps)
+    return all(within(g, theirs_g, bound)
+               for g, theirs_g, bound in zip(got, want, bounds))

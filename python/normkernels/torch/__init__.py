@@ -40,20 +40,20 @@ DistributedDataParallel refuses in a CPU model. Its classmethod
 convert_sync_batchnorm(model) turns a model's BatchNorm modules into it.
 docs/distributed.md shows how to launch the processes.
 
-The library computes in float32 on the CPU. The LayerNorm family (functions and
-modules) also takes bfloat16 and float16 x and residual (of one dtype), giving y and
-the sum in that dtype, each value rounded once to nearest even; weight and bias are
-float32 or x's dtype (as PyTorch's LayerNorm), widened exactly. Their gradients come
-from the float32 backward on the widened tensors, dx rounded once to x's dtype (the
-library has no half backward yet). BatchNorm, GroupNorm and InstanceNorm take float32
-only. Tensors of another dtype, device or layout raise TypeError, unless
-fallback=True (a keyword of the functions, of the modules' constructors), which hands
-them to PyTorch's own operations. A module built for another dtype or device raises
-TypeError at once, unless fallback=True. x and
-residual are read where they lie when contiguous or row-strided (q of a fused QKV
-projection); other layouts are copied with .contiguous() first, as PyTorch's own CPU
-LayerNorm does. Outputs are new contiguous tensors (BatchNorm's and GroupNorm's: in
-x's layout).
+The library computes in float32 on the CPU. Every function and module also takes
+bfloat16 and float16 x (and residual, of x's dtype), giving y (and the sum) in that
+dtype, each value rounded once to nearest even, and x's gradient in it from the
+library's half backward (the float32 backward's on the widened tensors, rounded once).
+Weight, bias and running statistics are float32 (as PyTorch's mixed-precision
+BatchNorm keeps them) or of x's dtype (a module built with it), widened exactly: half
+parameters get their gradients rounded, half running statistics are updated in
+float32 and rounded once. Tensors of another dtype, device or layout raise TypeError,
+unless fallback=True (a keyword of the functions, of the modules' constructors), which
+hands them to PyTorch's own operations. A module built for another dtype or device
+raises TypeError at once, unless fallback=True. x and residual are read where they
+lie when contiguous or row-strided (q of a fused QKV projection); other layouts are
+copied with .contiguous() first, as PyTorch's own CPU LayerNorm does. Outputs are new
+contiguous tensors (BatchNorm's and GroupNorm's: in x's layout).
 
 Importing normkernels does not import this module (nor torch): import
 normkernels.torch.

@@ -6,17 +6,39 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .. import _args, _check, _lib
-from ._tensors import F32, FallbackModule, address, backward_once, channel_layout, dense
-from ._tensors import gradient, ours
+from .. import _CHANNEL_NORMS, _args, _check
+from ._tensors import F32, TYPES, FallbackModule, address, backward_once, channel_layout
+from ._tensors import gradient, one_dtype, ours, parameter
 
 NAMES = "input", "running_mean", "running_var", "weight", "bias"
+# The dtypes the library takes (one_dtype's message), as PyTorch's BatchNorm: float32
+# parameters and running statistics with half input (its mixed precision), or all of
+# input's dtype.
+RULE = "weight, bias, running_mean and running_var of input's dtype or float32"
+
+
+def kernels(x):
+    """The library's per-channel norms of x's dtype (float32, bfloat16, float16): their
+    tensors are of that dtype, the rest float32."""
+    return _CHANNEL_NORMS[TYPES[x.dtype]]
+
+
+def taken(function, fallback, input, running_mean, running_var, weight, bias):
+    """Whether the library takes F.batch_norm's tensors (ours() and one_dtype): False
+    for others with fallback, which PyTorch's own op then takes."""
+    return (ours(function, fallback, NAMES, input, running_mean, running_var, weight,
+                 bias)
+            and one_dtype(function, fallback, input, (),
+                          zip(NAMES[1:], (running_mean, running_var, weight, bias)), RULE,
+                          "input"))
 
 
 def plan(input, running_mean, running_var, weight, bias, training, momentum, eps):
     """(input as the library reads it, the plan of the Functions: (training, n, c,
     spatial, layout, eps, momentum, running_mean, running_var)), every argument checked
-    as F.batch_norm checks it, for tensors that ours() took."""
+    as F.batch_norm checks it, for tensors that taken() took. The plan's running
+    statistics are float32: half ones widened (a copy, which store_running rounds back
+    after a training forward updated it)."""
     if input.dim() < 2:
         raise ValueError(f"input must have at least 2 dimensions (N, C, ...), not "
                          f"{input.dim()}")
@@ -26,7 +48,7 @@ def plan(input, running_mean, running_var, weight, bias, training, momentum, eps
         if t is not None and t.numel() != c:  # PyTorch's words
             raise ValueError(f"{name} should contain {c} elements not {t.numel()}")
     for name, t in zip(NAMES[1:3], (running_mean, running_var)):
-        if t is not None and (t.is_neg() or not t.is_contiguous()):
+        if t is not None and t.dtype is F32 and (t.is_neg() or not t.is_contiguous()):
             raise ValueError(f"{name} must be contiguous: the library reads it, and "
                              "updates it when training, where it lies")
     eps = _args.float32(eps, "eps")
@@ -38,14 +60,28 @@ def plan(input, running_mean, running_var, weight, bias, training, momentum, eps
     elif running_mean is None or running_var is None:
         raise ValueError("running_mean and running_var are required when not training")
     x, layout = channel_layout(input)
+    running_mean, running_var = (t if t is None or t.dtype is F32 else t.float()
+                                 for t in (running_mean, running_var))
     return x, (training, n, c, spatial, layout, eps, momentum, running_mean, running_var)
+
+
+def store_running(plan, running_mean, running_var):
+    """Half running statistics (of a module of half buffers) after a training forward
+    updated plan's float32 copies of them: those values, rounded once to nearest
+    even."""
+    if plan[0]:
+        with torch.no_grad():
+            for t, wide in zip((running_mean, running_var), plan[7:]):
+                if t is not wide:
+                    t.copy_(wide)
 
 
 def inference(x, mean, var, weight, bias, plan, y):
     """y = (x - mean) / sqrt(var + eps) * weight + bias per channel (the library's
-    inference forward) of tensors as plan says they lie."""
+    inference forward of x's dtype; mean, var, weight and bias float32) of tensors as
+    plan says they lie."""
     _, n, c, spatial, layout, eps = plan[:6]
-    _check(_lib.nk_batchnorm_forward_inference_f32(
+    _check(kernels(x).batchnorm_forward_inference(
         n, c, spatial, layout, x.data_ptr(), mean.data_ptr(), var.data_ptr(),
         address(weight), address(bias), eps, y.data_ptr()))
     return y
@@ -55,7 +91,8 @@ class _BatchNorm(torch.autograd.Function):
     """y of the library's training forward (the batch's statistics; running ones
     updated in place) or inference forward (the running statistics), as plan says; the
     backward, _gradients, from the saved x and statistics. Arguments come checked
-    (plan)."""
+    (plan): y (dx) has x's dtype, float32 or half; weight, bias and the statistics are
+    float32."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, plan):
@@ -64,7 +101,7 @@ class _BatchNorm(torch.autograd.Function):
         if training:
             stats = torch.empty(2 * c, dtype=F32)  # save_mean, save_rstd
             mean = stats.data_ptr()
-            _check(_lib.nk_batchnorm_forward_training_f32(
+            _check(kernels(x).batchnorm_forward_training(
                 n, c, spatial, layout, x.data_ptr(), address(weight), address(bias), eps,
                 momentum, address(running_mean), address(running_var), y.data_ptr(),
                 mean, mean + 4 * c))
@@ -90,7 +127,7 @@ def _gradients(ctx, dy):
         new = torch.empty if n * spatial else torch.zeros
         dgamma = new(c, dtype=F32) if need[1] else None
         dbeta = new(c, dtype=F32) if need[2] else None
-        _check(_lib.nk_batchnorm_backward_f32(
+        _check(kernels(x).batchnorm_backward(
             n, c, spatial, layout, x.data_ptr(), dy.data_ptr(), mean.data_ptr(),
             second.data_ptr(), address(weight), dx.data_ptr(), address(dgamma),
             address(dbeta)))
@@ -103,7 +140,7 @@ def _gradients(ctx, dy):
     dgamma = dbeta = None
     if need[1] or need[2]:  # sum dy * x_hat and sum dy: the reduce step
         sums = torch.empty(2 * c, dtype=F32)
-        _check(_lib.nk_batchnorm_backward_reduce_f32(
+        _check(kernels(x).batchnorm_backward_reduce(
             n, c, spatial, layout, x.data_ptr(), dy.data_ptr(), mean.data_ptr(),
             rstd.data_ptr(), sums.data_ptr(), sums[c:].data_ptr()))
         dbeta, dgamma = sums[:c] if need[2] else None, sums[c:] if need[1] else None
@@ -117,18 +154,21 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                momentum=0.1, eps=1e-5, *, fallback=False):
     """torch.nn.functional.batch_norm on the library (the same arguments): the batch's
     statistics with training (running_mean / running_var, when given, updated in
-    place), the running ones without."""
-    if not ours("batch_norm", fallback, NAMES, input, running_mean, running_var, weight,
-                bias):
+    place), the running ones without. input float32, bfloat16 or float16 (y of its
+    dtype, rounded once); the rest float32 or of input's dtype (widened exactly)."""
+    if not taken("batch_norm", fallback, input, running_mean, running_var, weight,
+                 bias):
         return F.batch_norm(input, running_mean, running_var, weight, bias, training,
                             momentum, eps)
     x, p = plan(input, running_mean, running_var, weight, bias, training, momentum, eps)
-    weight, bias = dense(weight), dense(bias)
+    weight, bias = parameter(weight), parameter(bias)
     if training or torch.is_grad_enabled() and (
             x.requires_grad or weight is not None and weight.requires_grad
             or bias is not None and bias.requires_grad):
-        return _BatchNorm.apply(x, weight, bias, p)
-    return inference(x, running_mean, running_var, weight, bias, p, torch.empty_like(x))
+        y = _BatchNorm.apply(x, weight, bias, p)
+        store_running(p, running_mean, running_var)
+        return y
+    return inference(x, p[7], p[8], weight, bias, p, torch.empty_like(x))
 
 
 def module_arguments(module):

@@ -7,10 +7,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .. import _NCHW, _args, _check, _lib
-from ._batchnorm import NAMES, batch_norm
-from ._tensors import F32, FallbackModule, address, backward_once, channel_layout, dense
-from ._tensors import gradient, ours
+from .. import _NCHW, _args, _check
+from ._batchnorm import batch_norm, kernels, taken
+from ._tensors import F32, FallbackModule, address, backward_once, channel_layout
+from ._tensors import gradient, one_dtype, ours, parameter
 
 
 def _shape(input):
@@ -48,8 +48,9 @@ def _plan(input, groups, weight, bias, eps):
 
 class _GroupNorm(torch.autograd.Function):
     """y of the library's GroupNorm forward, in x's layout; the backward, _gradients,
-    from the saved x and statistics. Arguments come checked (_plan). An empty tensor
-    reaches no library call (InstanceNorm's groups may be c = 0)."""
+    from the saved x and statistics. Arguments come checked (_plan): y (dx) has x's
+    dtype, float32 or half; weight, bias and the statistics are float32. An empty
+    tensor reaches no library call (InstanceNorm's groups may be c = 0)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, plan):
@@ -58,7 +59,7 @@ class _GroupNorm(torch.autograd.Function):
         stats = torch.empty(2 * n * groups, dtype=F32)  # mean, rstd: [n * groups] each
         if x.numel():
             mean = stats.data_ptr()
-            _check(_lib.nk_groupnorm_forward_f32(
+            _check(kernels(x).groupnorm_forward(
                 n, c, spatial, groups, layout, x.data_ptr(), address(weight),
                 address(bias), eps, y.data_ptr(), mean, mean + 4 * n * groups))
         ctx.save_for_backward(x, weight)
@@ -80,7 +81,7 @@ def _gradients(ctx, dy):
     dbeta = new(c, dtype=F32) if need[2] else None
     if x.numel():
         mean = ctx.stats.data_ptr()
-        _check(_lib.nk_groupnorm_backward_f32(
+        _check(kernels(x).groupnorm_backward(
             n, c, spatial, groups, layout, x.data_ptr(), dy.data_ptr(), mean,
             mean + 4 * n * groups, address(weight), dx.data_ptr(), address(dgamma),
             address(dbeta)))
@@ -90,17 +91,22 @@ def _gradients(ctx, dy):
 _GroupNorm.backward = backward_once(_gradients)
 
 _NAMES = "input", "weight", "bias"
+# The dtypes the library takes (one_dtype's message).
+_RULE = "weight and bias of input's dtype or float32"
 
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, *, fallback=False):
     """torch.nn.functional.group_norm on the library (the same arguments): input
     (N, C, *spatial), its C channels in num_groups groups of consecutive channels,
     each normalized over its channels and spatial positions per sample; weight and
-    bias per channel."""
-    if not ours("group_norm", fallback, _NAMES, input, weight, bias):
+    bias per channel. input float32, bfloat16 or float16 (y of its dtype, rounded
+    once); weight and bias float32 or of input's dtype (widened exactly)."""
+    if not (ours("group_norm", fallback, _NAMES, input, weight, bias)
+            and one_dtype("group_norm", fallback, input, (),
+                          (("weight", weight), ("bias", bias)), _RULE, "input")):
         return F.group_norm(input, num_groups, weight, bias, eps)
     x, plan = _plan(input, num_groups, weight, bias, eps)
-    return _GroupNorm.apply(x, dense(weight), dense(bias), plan)
+    return _GroupNorm.apply(x, parameter(weight), parameter(bias), plan)
 
 
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
@@ -113,9 +119,9 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     running_var, when given, are updated in place with the batch's average of the
     instances' means and unbiased variances (momentum as BatchNorm's); an empty input
     leaves them as they are. use_input_stats=False normalizes every instance with
-    them instead (batch_norm without training)."""
-    if not ours("instance_norm", fallback, NAMES, input, running_mean, running_var,
-                weight, bias):
+    them instead (batch_norm without training). Dtypes as batch_norm's."""
+    if not taken("instance_norm", fallback, input, running_mean, running_var, weight,
+                 bias):
         return F.instance_norm(input, running_mean, running_var, weight, bias,
                                use_input_stats, momentum, eps)
     if not use_input_stats:
@@ -128,14 +134,14 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     if spatial == 1:  # PyTorch's words
         raise ValueError("Expected more than 1 spatial element when training, got "
                          f"input size {input.shape}")
-    for name, t in zip(NAMES[1:3], (running_mean, running_var)):
+    for name, t in (("running_mean", running_mean), ("running_var", running_var)):
         if t is not None and t.numel() != c:  # PyTorch's words
             raise ValueError(f"{name} should contain {c} elements not {t.numel()}")
     x, plan = _plan(input, None, weight, bias, eps)
     if (running_mean is not None or running_var is not None) and x.numel():
         _update_running(x, plan, running_mean, running_var,
                         _args.float32(momentum, "momentum"))
-    return _GroupNorm.apply(x, dense(weight), dense(bias), plan)
+    return _GroupNorm.apply(x, parameter(weight), parameter(bias), plan)
 
 
 def _update_running(x, plan, running_mean, running_var, momentum):
@@ -145,19 +151,28 @@ def _update_running(x, plan, running_mean, running_var, momentum):
     n, c, spatial, _, layout, _ = plan
     moments = torch.empty(2, n, c, dtype=F32)  # mean, m2 of each instance
     mean, m2 = moments.unbind()
+    k = kernels(x)
     if layout == _NCHW:
-        _check(_lib.nk_batchnorm_moments_f32(1, n * c, spatial, layout, x.data_ptr(),
-                                             mean.data_ptr(), m2.data_ptr()))
+        _check(k.batchnorm_moments(1, n * c, spatial, layout, x.data_ptr(),
+                                   mean.data_ptr(), m2.data_ptr()))
     else:
-        for k in range(n):
-            _check(_lib.nk_batchnorm_moments_f32(1, c, spatial, layout, x[k].data_ptr(),
-                                                 mean[k].data_ptr(), m2[k].data_ptr()))
+        for i in range(n):
+            _check(k.batchnorm_moments(1, c, spatial, layout, x[i].data_ptr(),
+                                       mean[i].data_ptr(), m2[i].data_ptr()))
     with torch.no_grad():
         if running_mean is not None:
-            running_mean.mul_(1 - momentum).add_(mean.mean(0), alpha=momentum)
+            _blend(running_mean, mean.mean(0), momentum, momentum)
         if running_var is not None:  # the unbiased variance, m2 / (spatial - 1)
-            running_var.mul_(1 - momentum).add_(m2.mean(0),
-                                                alpha=momentum / (spatial - 1))
+            _blend(running_var, m2.mean(0), momentum / (spatial - 1), momentum)
+
+
+def _blend(running, batch, alpha, momentum):
+    """running = (1 - momentum) * running + alpha * batch, in place, in float32: a half
+    running statistic (of a module of half buffers) rounded once."""
+    wide = running if running.dtype is F32 else running.float()
+    wide.mul_(1 - momentum).add_(batch, alpha=alpha)
+    if wide is not running:
+        running.copy_(wide)
 
 
 class GroupNorm(FallbackModule, torch.nn.GroupNorm):

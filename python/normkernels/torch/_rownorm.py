@@ -6,12 +6,9 @@ import torch
 from .. import _args
 from .. import _backward_call, _forward_call, _split_rows
 from ._tensors import F32 as _F32
-from ._tensors import HALF as _HALF
-from ._tensors import FallbackModule, backward_once, dense, ours, refuse_unless_fallback
-from ._tensors import strided
-
-_TYPES = {_F32: "f32", _HALF[0]: "bf16", _HALF[1]: "f16"}  # the kernels' suffixes
-_DTYPES = tuple(_TYPES)
+from ._tensors import TYPES as _TYPES
+from ._tensors import FallbackModule, backward_once, one_dtype, ours, parameter
+from ._tensors import refuse_unless_fallback, strided
 
 
 def _rows(t, lead_ndim, cols):
@@ -121,8 +118,9 @@ def _norm(function, center, x, residual, normalized_shape, weight, bias, eps,
     norm = _shape(normalized_shape)
     if residual is None and function.startswith("add_"):  # not y alone
         raise TypeError("residual must be a torch.Tensor, not NoneType")
-    if not (ours(function, fallback, _NAMES, x, residual, weight, bias, dtypes=_DTYPES)
-            and _one_dtype(function, fallback, x, residual, weight, bias)):
+    if not (ours(function, fallback, _NAMES, x, residual, weight, bias)
+            and one_dtype(function, fallback, x, (("residual", residual),),
+                          (("weight", weight), ("bias", bias)), _RULE)):
         s = x if residual is None else x + residual
         if center:
             y = torch.nn.functional.layer_norm(s, norm, weight, bias, eps)
@@ -137,31 +135,14 @@ def _norm(function, center, x, residual, normalized_shape, weight, bias, eps,
     x, ldx = _rows(x, len(lead), cols)
     residual, ldr = (None, cols) if residual is None else _rows(residual, len(lead),
                                                                cols)
-    return _RowNorm.apply(x, residual, _parameter(weight), _parameter(bias),
+    return _RowNorm.apply(x, residual, parameter(weight), parameter(bias),
                           (center, eps, norm, rows, cols, ldx, ldr))
 
 
-def _one_dtype(function, fallback, x, residual, weight, bias):
-    """Whether the library takes these dtypes, of tensors ours() took: residual of x's,
-    weight and bias of x's (as PyTorch's LayerNorm) or float32. False for others with
-    fallback."""
-    for name, t, dtypes in (("residual", residual, (x.dtype,)),
-                            ("weight", weight, (x.dtype, _F32)),
-                            ("bias", bias, (x.dtype, _F32))):
-        if t is not None and t.dtype not in dtypes:
-            if fallback:
-                return False
-            raise TypeError(f"normkernels.torch.{function}: {name} is a {t.dtype} "
-                            f"tensor and x a {x.dtype} one; the library takes x and "
-                            "residual of one dtype, weight and bias of x's or float32 "
-                            "(fallback=True gives such tensors to PyTorch's own op)")
-    return True
+# The dtypes the library takes (one_dtype's message): weight and bias as PyTorch's
+# LayerNorm has them, or float32.
+_RULE = "x and residual of one dtype, weight and bias of x's or float32"
 
-
-def _parameter(p):
-    """A weight or bias as the library reads it: float32 (a half one widened exactly,
-    its gradient rounded back by autograd), contiguous."""
-    return dense(p if p is None or p.dtype is _F32 else p.float())
 
 def _torch_rms_norm(x, norm, weight, eps):
     """RMSNorm in PyTorch's operations: x * rsqrt(mean(x^2) + eps) * weight."""
@@ -205,8 +186,6 @@ class LayerNorm(FallbackModule, torch.nn.LayerNorm):
     parameters (weight, bias) and state_dict; fallback=True sends tensors the library
     does not take to torch.nn.LayerNorm's own forward."""
 
-    dtypes = _DTYPES
-
     def forward(self, x):
         return layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps,
                           fallback=self.fallback)
@@ -237,7 +216,7 @@ class RMSNorm(torch.nn.Module):
                 torch.ones(self.normalized_shape, device=device, dtype=dtype))
         else:
             self.register_parameter("weight", None)
-        refuse_unless_fallback(self, dtypes=_DTYPES)
+        refuse_unless_fallback(self)
 
     def reset_parameters(self):
         if self.weight is not None:

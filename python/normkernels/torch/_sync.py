@@ -6,8 +6,9 @@ import torch
 import torch.distributed as dist
 
 from .. import _check, _lib
-from ._batchnorm import NAMES, Module, batch_norm, inference, module_arguments, plan
-from ._tensors import F32, address, backward_once, dense, gradient, ours
+from ._batchnorm import Module, batch_norm, inference, kernels, module_arguments, plan
+from ._batchnorm import store_running, taken
+from ._tensors import F32, address, backward_once, gradient, parameter
 from ._tensors import refuse_unless_fallback
 
 
@@ -18,8 +19,8 @@ def _merged_moments(x, n, c, spatial, layout, group, world):
     local = torch.empty(2 + 2 * c, dtype=F32)
     local[:2].view(torch.int64)[0] = n * spatial
     at = local.data_ptr() + 8
-    _check(_lib.nk_batchnorm_moments_f32(n, c, spatial, layout, x.data_ptr(), at,
-                                         at + 4 * c))
+    _check(kernels(x).batchnorm_moments(n, c, spatial, layout, x.data_ptr(), at,
+                                        at + 4 * c))
     gathered = torch.empty(world, 2 + 2 * c, dtype=F32)
     dist.all_gather(list(gathered.unbind()), local, group=group)
     counts = gathered[:, :2].view(torch.int64)[:, 0].tolist()
@@ -35,7 +36,8 @@ def _merged_moments(x, n, c, spatial, layout, group, world):
 class _SyncBatchNorm(torch.autograd.Function):
     """y of this process's shard, normalized with the statistics of every shard
     (running statistics updated from them); the backward, _gradients, sums the shards'
-    backward sums. Arguments come checked (plan); plan's training is True."""
+    backward sums. Arguments come checked (plan); plan's training is True. x (y, dx)
+    float32 or half, the rest float32."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, plan, group, world):
@@ -67,7 +69,7 @@ def _gradients(ctx, dy):
     dy = gradient(dy, layout)
     sums = torch.empty(2 * c, dtype=F32)  # sum dy (dbeta), sum dy * x_hat (dgamma)
     at = sums.data_ptr()
-    _check(_lib.nk_batchnorm_backward_reduce_f32(
+    _check(kernels(x).batchnorm_backward_reduce(
         n, c, spatial, layout, x.data_ptr(), dy.data_ptr(), mean.data_ptr(),
         rstd.data_ptr(), at, at + 4 * c))
     dbeta = sums[:c].clone() if need[2] else None
@@ -76,7 +78,7 @@ def _gradients(ctx, dy):
     if need[0]:
         dist.all_reduce(sums, group=group)
         dx = torch.empty_like(x)
-        _check(_lib.nk_batchnorm_backward_apply_f32(
+        _check(kernels(x).batchnorm_backward_apply(
             n, c, spatial, layout, x.data_ptr(), dy.data_ptr(), mean.data_ptr(),
             rstd.data_ptr(), address(weight), count, at, at + 4 * c, dx.data_ptr()))
     return dx, dgamma, dbeta, None, None, None
@@ -107,8 +109,8 @@ class SyncBatchNorm(Module, torch.nn.modules.batchnorm._BatchNorm):
     _check_non_zero_input_channels = torch.nn.SyncBatchNorm._check_non_zero_input_channels
 
     def forward(self, input):
-        if not ours(type(self).__name__, self.fallback, NAMES, input, self.running_mean,
-                    self.running_var, self.weight, self.bias):
+        if not taken(type(self).__name__, self.fallback, input, self.running_mean,
+                     self.running_var, self.weight, self.bias):
             return torch.nn.SyncBatchNorm.forward(self, input)
         self._check_input_dim(input)
         self._check_non_zero_input_channels(input)
@@ -119,8 +121,10 @@ class SyncBatchNorm(Module, torch.nn.modules.batchnorm._BatchNorm):
             if world > 1:
                 x, p = plan(input, running_mean, running_var, self.weight, self.bias,
                             True, momentum, self.eps)
-                return _SyncBatchNorm.apply(x, dense(self.weight), dense(self.bias), p,
-                                            group, world)
+                y = _SyncBatchNorm.apply(x, parameter(self.weight),
+                                         parameter(self.bias), p, group, world)
+                store_running(p, running_mean, running_var)
+                return y
         return batch_norm(input, running_mean, running_var, self.weight, self.bias,
                           training, momentum, self.eps)
 

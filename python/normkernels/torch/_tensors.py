@@ -1,22 +1,25 @@
 # SPDX-License-Identifier: Apache-2.0
-"""What the autograd Functions and modules share: the check that sends tensors to the
-library or to PyTorch's own op, tensors as the library reads them (channels first or
-last), a backward without double backward, and the modules' fallback."""
+"""What the autograd Functions and modules share: the checks that send tensors to the
+library or to PyTorch's own op (their dtypes among them), tensors as the library reads
+them (channels first or last, parameters widened), a backward without double backward,
+and the modules' fallback."""
 import torch
 from torch.autograd.function import once_differentiable
 
 from .. import _NCHW, _NHWC
 
 F32 = torch.float32
-HALF = torch.bfloat16, torch.float16
+TYPES = {F32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}  # kernels' suffixes
+DTYPES = tuple(TYPES)  # those the library takes
 _TYPE_NAMES = {F32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _CHANNELS_LAST = {4: torch.channels_last, 5: torch.channels_last_3d}
 
 
-def ours(function, fallback, names, *tensors, dtypes=(F32,)):
+def ours(function, fallback, names, *tensors, dtypes=DTYPES):
     """Whether the library takes these tensors (named by names; None for none): True for
-    CPU tensors of dtypes (float32 unless told); False for others with fallback, which
-    PyTorch's own op then takes."""
+    CPU tensors of dtypes (float32, bfloat16 and float16 unless told: one_dtype then
+    checks them against each other); False for others with fallback, which PyTorch's
+    own op then takes."""
     refused = None
     for name, t in zip(names, tensors):
         if t is None:
@@ -33,15 +36,30 @@ def ours(function, fallback, names, *tensors, dtypes=(F32,)):
     name, t = refused
     taken = ", ".join(_TYPE_NAMES[d] for d in dtypes[:-1])
     taken = f"{taken} and {_TYPE_NAMES[dtypes[-1]]}" if taken else _TYPE_NAMES[dtypes[0]]
-    why = ""
-    if t.dtype in HALF and t.dtype not in dtypes:
-        why = f"; half precision is not available for {function} yet"
     raise TypeError(f"normkernels.torch.{function}: {name} is a {t.dtype} tensor on "
                     f"{t.device} ({t.layout}); the library takes {taken} CPU tensors "
-                    f"only{why} (fallback=True gives such tensors to PyTorch's own op)")
+                    "only (fallback=True gives such tensors to PyTorch's own op)")
 
 
-def refuse_unless_fallback(module, names=("weight",), dtypes=(F32,)):
+def one_dtype(function, fallback, x, alike, widened, rule, x_name="x"):
+    """Whether the library takes the dtypes of these tensors, which ours() took: those
+    of alike ((name, tensor or None) pairs) x's, those of widened x's or float32 (a
+    float32 parameter or statistic with half x, as PyTorch's mixed precision keeps
+    them). False for others with fallback; otherwise TypeError, saying rule (what the
+    library takes)."""
+    for pairs, dtypes in ((alike, (x.dtype,)), (widened, (x.dtype, F32))):
+        for name, t in pairs:
+            if t is not None and t.dtype not in dtypes:
+                if fallback:
+                    return False
+                raise TypeError(f"normkernels.torch.{function}: {name} is a {t.dtype} "
+                                f"tensor and {x_name} a {x.dtype} one; the library "
+                                f"takes {rule} (fallback=True gives such tensors to "
+                                "PyTorch's own op)")
+    return True
+
+
+def refuse_unless_fallback(module, names=("weight",), dtypes=DTYPES):
     """A module whose parameters (or buffers: the first of names that is not None) the
     library cannot take (tensors of dtypes on the CPU) fails at construction."""
     for name in names:
@@ -59,7 +77,7 @@ class FallbackModule:
     construction."""
 
     checked = ("weight",)
-    dtypes = (F32,)  # those the library takes of them
+    dtypes = DTYPES  # those the library takes of them
 
     def __init__(self, *args, fallback=False, **kwargs):
         super().__init__(*args, **kwargs)
@@ -76,6 +94,12 @@ def dense(p):
     if p is None or p.is_contiguous() and not p.is_neg():
         return p
     return p.resolve_neg().contiguous()
+
+
+def parameter(p):
+    """A weight or bias as the library reads it: float32 (a half one widened exactly,
+    its gradient rounded back by autograd), contiguous."""
+    return dense(p if p is None or p.dtype is F32 else p.float())
 
 
 def strided(g, name):
