@@ -5,6 +5,8 @@
 #ifndef NK_KERNELS_CHANNELNORM_H_
 #define NK_KERNELS_CHANNELNORM_H_
 
+#include <stdint.h>
+
 #include <cstddef>
 
 #include "hwy/base.h"
@@ -163,6 +165,8 @@ struct ChannelNormKernelsT {
   // dx per column of [rows][c] matrices by the columns' maps; dx may be dy.
   void (*column_grad_apply)(const T* x, const T* dy, size_t rows, size_t c,
                             const ColumnGrad& g, bool stream, T* dx);
+  // The HWY_* bit of the target the table was compiled for (test_dispatch).
+  int64_t target;
 };
 using ChannelNormKernels = ChannelNormKernelsT<float>;
 

@@ -312,7 +312,8 @@ constexpr ChannelNormKernelsT<T> ChannelNormTable() {
           &PlanesGradSums<T>,
           &SpanGradApply<T>,
           &ColumnGradSums<T>,
-          &ColumnGradApply<T>};
+          &ColumnGradApply<T>,
+          HWY_TARGET};
 }
 
 }  // namespace HWY_NAMESPACE

@@ -29,7 +29,7 @@ void Narrow(HalfType type, const float* f, size_t n, uint16_t* h) {
   });
 }
 
-extern const HalfConvertKernels kHalfConvertKernels = {&Widen, &Narrow};
+extern const HalfConvertKernels kHalfConvertKernels = {&Widen, &Narrow, HWY_TARGET};
 
 }  // namespace HWY_NAMESPACE
 }  // namespace nk

@@ -18,6 +18,7 @@ struct HalfConvertKernels {
   void (*widen)(HalfType type, const uint16_t* h, size_t n, float* f);
   // h[i] = f[i] rounded to nearest even, i < n.
   void (*narrow)(HalfType type, const float* f, size_t n, uint16_t* h);
+  int64_t target;  // the HWY_* bit of the target the table was compiled for
 };
 
 // The table of `target` (a single HWY_* bit that this library compiled).

@@ -594,8 +594,12 @@ void Rows(const RowNormJobT<T>& job, size_t r0, size_t r1) {
 
 template <class T>
 constexpr RowNormKernelsT<T> RowNormTable() {
-  return {&Rows<T>, &RowChunkMoments<T>, &RowMaxAbs<T>, &RowApply<T>,
-          hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(T)};
+  return {&Rows<T>,
+          &RowChunkMoments<T>,
+          &RowMaxAbs<T>,
+          &RowApply<T>,
+          hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(T),
+          HWY_TARGET};
 }
 
 }  // namespace HWY_NAMESPACE

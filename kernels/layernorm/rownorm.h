@@ -4,6 +4,8 @@
 #ifndef NK_KERNELS_ROWNORM_H_
 #define NK_KERNELS_ROWNORM_H_
 
+#include <stdint.h>
+
 #include <cstddef>
 
 #include "hwy/base.h"
@@ -72,6 +74,9 @@ struct RowNormKernelsT {
                 const SetStats& stats);
   // The target's vector of T in bytes (y's stores are whole at multiples).
   size_t vector_bytes;
+  // The HWY_* bit of the target the table was compiled for (test_dispatch checks that
+  // the table chosen for an ISA is that ISA's).
+  int64_t target;
 };
 using RowNormKernels = RowNormKernelsT<float>;
 
@@ -86,6 +91,7 @@ struct RowGradKernelsT {
   // where n == cols and they are taken here.
   void (*grad_rows)(const RowGradJobT<T>& job, size_t r0, size_t r1, size_t c0,
                     size_t n, const GradSums* sums, float* dgamma, float* dbeta);
+  int64_t target;  // as RowNormKernelsT's
 };
 using RowGradKernels = RowGradKernelsT<float>;
 

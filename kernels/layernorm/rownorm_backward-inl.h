@@ -277,7 +277,7 @@ void GradRows(const RowGradJobT<T>& job, size_t r0, size_t r1, size_t c0, size_t
 
 template <class T>
 constexpr RowGradKernelsT<T> RowGradTable() {
-  return {&RowGradChunkSums<T>, &GradRows<T>};
+  return {&RowGradChunkSums<T>, &GradRows<T>, HWY_TARGET};
 }
 
 }  // namespace HWY_NAMESPACE
