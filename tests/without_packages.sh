@@ -17,14 +17,17 @@ command -v dpkg-query > /dev/null || skip "not a Debian system (no dpkg-query)"
 hide=$(mktemp -d)
 trap 'rm -rf "$hide"' EXIT
 # (dpkg-query fails when a pattern matches no package: nothing of it to hide.)
-packages=$({ dpkg-query -W -f='${db:Status-Abbrev} ${Package}\n' "${patterns[@]}" \
-  2> /dev/null || true; } | awk '$1 == "ii" {print $2}')
+# Named with their architecture: with arm64 multiarch packages beside amd64's (the
+# Arm leg's), a bare name is ambiguous to dpkg -L. Every architecture's files go.
+packages=$({ dpkg-query -W -f='${db:Status-Abbrev} ${Package}:${Architecture}\n' \
+  "${patterns[@]}" 2> /dev/null || true; } | awk '$1 == "ii" {print $2}' | sort -u)
 count=0
 for p in $packages; do
   while IFS= read -r f; do
     # bookworm's /lib, /bin and /sbin are /usr's.
     case $f in /lib/* | /lib64/* | /bin/* | /sbin/*) f=/usr$f ;; esac
     [[ $f == /usr/* && ! -d $f && ( -e $f || -L $f ) ]] || continue
+    [[ -e $hide/${f#/usr/} ]] && continue  # a file two architectures share (headers)
     mkdir -p "$hide/$(dirname "${f#/usr/}")"
     mknod "$hide/${f#/usr/}" c 0 0  # overlayfs's whiteout: the file is absent
     count=$((count + 1))
