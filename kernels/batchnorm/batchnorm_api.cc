@@ -9,6 +9,7 @@
 #include "hwy/base.h"
 #include "include/normkernels.h"
 #include "kernels/batchnorm/batchnorm.h"
+#include "kernels/common/c_types.h"
 #include "kernels/common/moments.h"
 #include "kernels/common/validate.h"
 
@@ -229,15 +230,6 @@ nk_status BackwardApply(const char* function, size_t n, size_t c, size_t spatial
       GradJob<T>(function, n, c, spatial, layout, x, dy, mean, rstd, gamma,
                  static_cast<double>(total_count), dx),
       sum_dy, sum_dy_xhat);
-}
-
-template <class T, class C>
-const T* As(const C* p) {
-  return reinterpret_cast<const T*>(p);
-}
-template <class T, class C>
-T* As(C* p) {
-  return reinterpret_cast<T*>(p);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // validate every argument before any write, then run the op layer.
 #include "hwy/base.h"
 #include "include/normkernels.h"
+#include "kernels/common/c_types.h"
 #include "kernels/common/validate.h"
 #include "kernels/groupnorm/groupnorm.h"
 
@@ -103,15 +104,6 @@ nk_status Backward(const char* function, size_t n, size_t c, size_t spatial,
   job.gamma = gamma;
   job.dx = dx;
   return GroupNormBackward(job, mean, rstd, dgamma, dbeta);
-}
-
-template <class T, class C>
-const T* As(const C* p) {
-  return reinterpret_cast<const T*>(p);
-}
-template <class T, class C>
-T* As(C* p) {
-  return reinterpret_cast<T*>(p);
 }
 
 }  // namespace

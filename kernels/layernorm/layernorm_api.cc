@@ -3,6 +3,7 @@
 // argument before any write, then describe the job to the op layer.
 #include "include/normkernels.h"
 #include "kernels/layernorm/layernorm.h"
+#include "kernels/common/c_types.h"
 #include "kernels/common/validate.h"
 
 namespace nk {
@@ -132,17 +133,6 @@ nk_status RowNormBackward(const char* function, bool center, bool fused, size_t 
   job.ldds = dsum.ld;
   job.lddx = dx.ld;
   return RunRowNormBackward(job, dgamma, dbeta);
-}
-
-// The C ABI's element pointers as the kernels' types (nk_bf16 and nk_f16 hold the
-// bits of hwy::bfloat16_t and hwy::float16_t).
-template <class T, class C>
-const T* As(const C* p) {
-  return reinterpret_cast<const T*>(p);
-}
-template <class T, class C>
-T* As(C* p) {
-  return reinterpret_cast<T*>(p);
 }
 
 }  // namespace
