@@ -58,9 +58,11 @@ md_targets() {
 }
 
 # Whether a path (from the top) is a file of the repository or a folder holding one.
+# (Here-strings, not pipes: grep -q exits at its first match, and with pipefail a
+# printf still writing the list, over 4 KiB, would then fail the pipeline.)
 in_repo() {
-  [ "$1" = . ] || printf '%s\n' "$files" | grep -qxF -- "$1" ||
-    printf '%s\n' "$files" | cut -c "1-$((${#1} + 1))" | grep -qxF -- "$1/"
+  [ "$1" = . ] || grep -qxF -- "$1" <<< "$files" ||
+    grep -qxF -- "$1/" <<< "$(cut -c "1-$((${#1} + 1))" <<< "$files")"
 }
 
 links=0
