@@ -321,19 +321,36 @@ struct ColumnParams {
   const float* HWY_RESTRICT rstd;
   const float* HWY_RESTRICT mul;
   const float* HWY_RESTRICT add;
+  static HWY_INLINE V Map(V v, V scale, V shift, V rstd, V mul, V add) {
+    if (kScaled && kCenter) {
+      v = hn::MulSub(v, scale, shift);
+    } else if (kScaled) {
+      v = hn::Mul(v, scale);
+    } else if (kCenter) {
+      v = hn::Sub(v, shift);
+    }
+    if (kScaled) v = hn::Mul(v, rstd);
+    return hn::MulAdd(v, mul, add);
+  }
+#if HWY_HAVE_SCALABLE
+  // Scalable vectors cannot be struct members: the column's parameters are loaded (from
+  // L1) at each use.
+  struct At {
+    const ColumnParams* p;
+    size_t j;
+    HWY_INLINE V operator()(V v) const {
+      const hn::ScalableTag<float> d;
+      return Map(v, kScaled ? hn::LoadU(d, p->scale + j) : hn::Zero(d),
+                 kCenter ? hn::LoadU(d, p->shift + j) : hn::Zero(d),
+                 kScaled ? hn::LoadU(d, p->rstd + j) : hn::Zero(d),
+                 hn::LoadU(d, p->mul + j), hn::LoadU(d, p->add + j));
+    }
+  };
+  HWY_INLINE At Load(size_t j) const { return At{this, j}; }
+#else
   struct At {
     V scale, shift, rstd, mul, add;
-    HWY_INLINE V operator()(V v) const {
-      if (kScaled && kCenter) {
-        v = hn::MulSub(v, scale, shift);
-      } else if (kScaled) {
-        v = hn::Mul(v, scale);
-      } else if (kCenter) {
-        v = hn::Sub(v, shift);
-      }
-      if (kScaled) v = hn::Mul(v, rstd);
-      return hn::MulAdd(v, mul, add);
-    }
+    HWY_INLINE V operator()(V v) const { return Map(v, scale, shift, rstd, mul, add); }
   };
   HWY_INLINE At Load(size_t j) const {
     const hn::ScalableTag<float> d;
@@ -342,6 +359,7 @@ struct ColumnParams {
               kScaled ? hn::LoadU(d, rstd + j) : hn::Zero(d), hn::LoadU(d, mul + j),
               hn::LoadU(d, add + j)};
   }
+#endif
 };
 
 // Planes p = 0 .. count - 1 of `spatial` elements each, contiguous from x, plane p
@@ -400,20 +418,24 @@ template <class T>
 void ChannelPlanesApply(const T* x, size_t spatial, size_t count,
                         const SpanAffine* affine, T* y) {
   if (count == 0) return;
-  if (spatial < hn::Lanes(hn::ScalableTag<float>())) {  // several planes per vector
+  // Several planes per vector, or scalable vectors (which AffinePlanes' parameter sets
+  // cannot hold as struct members): plane by plane, with the same bits.
+  if (HWY_HAVE_SCALABLE || spatial < hn::Lanes(hn::ScalableTag<float>())) {
     for (size_t p = 0; p < count; ++p) {
       ChannelSpanApply(x + p * spatial, spatial, affine[p], false, y + p * spatial);
     }
     return;
   }
-  bool scaled = false;
-  for (size_t p = 0; p < count; ++p) scaled |= affine[p].scale != 1.0f;
-  if (affine[0].center) {
-    scaled ? AffinePlanes<true, true>(x, spatial, count, affine, y)
-           : AffinePlanes<true, false>(x, spatial, count, affine, y);
-  } else {
-    scaled ? AffinePlanes<false, true>(x, spatial, count, affine, y)
-           : AffinePlanes<false, false>(x, spatial, count, affine, y);
+  if constexpr (!HWY_HAVE_SCALABLE) {
+    bool scaled = false;
+    for (size_t p = 0; p < count; ++p) scaled |= affine[p].scale != 1.0f;
+    if (affine[0].center) {
+      scaled ? AffinePlanes<true, true>(x, spatial, count, affine, y)
+             : AffinePlanes<true, false>(x, spatial, count, affine, y);
+    } else {
+      scaled ? AffinePlanes<false, true>(x, spatial, count, affine, y)
+             : AffinePlanes<false, false>(x, spatial, count, affine, y);
+    }
   }
 }
 

@@ -61,15 +61,19 @@ GradSums PlanesGradSums(const T* x, const T* dy, size_t planes, size_t stride, s
     size_t i = 0;
     for (; i + block <= len; i += block) {
       if (from_memory) ask_ahead(p, i, block);
-      V sa[2] = {hn::Zero(d), hn::Zero(d)}, sb[2] = {hn::Zero(d), hn::Zero(d)};
-      HWY_UNROLL(16)
-      for (size_t k = 0; k < kBlockVectors; ++k) {
-        const V g = LoadElems(d, dp + i + k * N);
-        sa[k & 1] = hn::Add(sa[k & 1], g);
-        sb[k & 1] = hn::MulAdd(
-            g, hn::Mul(hn::Sub(LoadElems(d, xp + i + k * N), vmean), vrstd), sb[k & 1]);
+      // Two chains: even vectors in sa0 / sb0, odd ones in sa1 / sb1.
+      V sa0 = hn::Zero(d), sa1 = hn::Zero(d), sb0 = hn::Zero(d), sb1 = hn::Zero(d);
+      const auto add = [&](size_t at, V& sa, V& sb) HWY_ATTR {
+        const V g = LoadElems(d, dp + at);
+        sa = hn::Add(sa, g);
+        sb = hn::MulAdd(g, hn::Mul(hn::Sub(LoadElems(d, xp + at), vmean), vrstd), sb);
+      };
+      HWY_UNROLL(8)
+      for (size_t k = 0; k < kBlockVectors; k += 2) {
+        add(i + k * N, sa0, sb0);
+        add(i + (k + 1) * N, sa1, sb1);
       }
-      tree.Add(d, hn::Add(sa[0], sa[1]), hn::Add(sb[0], sb[1]));
+      tree.Add(d, hn::Add(sa0, sa1), hn::Add(sb0, sb1));
     }
     if (from_memory && i < len) ask_ahead(p, i, len - i);
     if (i + N <= len) {
@@ -131,15 +135,22 @@ void ColumnGradSumsTree(const T* x, const T* dy, size_t rows, size_t c, const fl
     using VV = hn::Vec<decltype(d)>;
     const VV m = hn::LoadU(d, mean + j);
     const VV rs = hn::LoadU(d, rstd + j);
-    VV sa[2] = {hn::Zero(d), hn::Zero(d)}, sb[2] = {hn::Zero(d), hn::Zero(d)};
-    for (size_t r = 0; r < k; ++r) {
+    // Two chains: even rows in sa0 / sb0, odd ones in sa1 / sb1.
+    VV sa0 = hn::Zero(d), sa1 = hn::Zero(d), sb0 = hn::Zero(d), sb1 = hn::Zero(d);
+    const auto add = [&](size_t r, VV& sa, VV& sb) HWY_ATTR {
       const size_t at = (r0 + r) * c + j;
       const VV g = LoadElems(d, dy + at);
-      sa[r & 1] = hn::Add(sa[r & 1], g);
-      sb[r & 1] = hn::MulAdd(g, hn::Mul(hn::Sub(LoadElems(d, x + at), m), rs), sb[r & 1]);
+      sa = hn::Add(sa, g);
+      sb = hn::MulAdd(g, hn::Mul(hn::Sub(LoadElems(d, x + at), m), rs), sb);
+    };
+    size_t r = 0;
+    for (; r + 2 <= k; r += 2) {
+      add(r, sa0, sb0);
+      add(r + 1, sa1, sb1);
     }
-    a = hn::Add(sa[0], sa[1]);
-    b = hn::Add(sb[0], sb[1]);
+    if (r < k) add(r, sa0, sb0);
+    a = hn::Add(sa0, sa1);
+    b = hn::Add(sb0, sb1);
   };
   for (size_t blk = 0; blk < blocks; ++blk) {
     if (from_memory) {

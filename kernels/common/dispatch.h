@@ -62,6 +62,26 @@ inline size_t PartBegin(size_t n, size_t k, size_t parts) { return n * k / parts
 #else
 #define NK_CASE_SSSE3(NAME)
 #endif
+#if HWY_TARGETS & HWY_SVE2_128
+#define NK_CASE_SVE2_128(NAME) NK_TARGET_CASE(HWY_SVE2_128, N_SVE2_128, NAME)
+#else
+#define NK_CASE_SVE2_128(NAME)
+#endif
+#if HWY_TARGETS & HWY_SVE_256
+#define NK_CASE_SVE_256(NAME) NK_TARGET_CASE(HWY_SVE_256, N_SVE_256, NAME)
+#else
+#define NK_CASE_SVE_256(NAME)
+#endif
+#if HWY_TARGETS & HWY_SVE2
+#define NK_CASE_SVE2(NAME) NK_TARGET_CASE(HWY_SVE2, N_SVE2, NAME)
+#else
+#define NK_CASE_SVE2(NAME)
+#endif
+#if HWY_TARGETS & HWY_SVE
+#define NK_CASE_SVE(NAME) NK_TARGET_CASE(HWY_SVE, N_SVE, NAME)
+#else
+#define NK_CASE_SVE(NAME)
+#endif
 #if HWY_TARGETS & HWY_NEON
 #define NK_CASE_NEON(NAME) NK_TARGET_CASE(HWY_NEON, N_NEON, NAME)
 #else
@@ -78,11 +98,13 @@ inline size_t PartBegin(size_t n, size_t k, size_t parts) { return n * k / parts
 #define NK_CASE_SCALAR(NAME)
 #endif
 
-#define NK_SELECT_TARGET(target, NAME)                                    \
-  switch (target) {                                                      \
-    NK_CASE_AVX3_DL(NAME) NK_CASE_AVX3(NAME) NK_CASE_AVX2(NAME)          \
-    NK_CASE_SSE4(NAME) NK_CASE_SSSE3(NAME) NK_CASE_NEON(NAME)            \
-    NK_CASE_EMU128(NAME) NK_CASE_SCALAR(NAME) default : break;           \
+#define NK_SELECT_TARGET(target, NAME)                                           \
+  switch (target) {                                                              \
+    NK_CASE_AVX3_DL(NAME)                                                        \
+    NK_CASE_AVX3(NAME) NK_CASE_AVX2(NAME) NK_CASE_SSE4(NAME) NK_CASE_SSSE3(NAME) \
+        NK_CASE_SVE2_128(NAME) NK_CASE_SVE_256(NAME) NK_CASE_SVE2(NAME)          \
+            NK_CASE_SVE(NAME) NK_CASE_NEON(NAME) NK_CASE_EMU128(NAME)            \
+                NK_CASE_SCALAR(NAME) default : break;                            \
   }
 
 #endif  // NK_KERNELS_DISPATCH_H_

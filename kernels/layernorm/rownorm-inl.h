@@ -315,6 +315,7 @@ HWY_INLINE void FinalizeGroup(const Moments (&m)[kGroupRows], float eps,
 // next row's statistics block by block between the stores of this one gave 0.49-0.61x
 // (asking for one line in four: 0.52-0.76x; without the statistics' own read-ahead:
 // 0.40-0.48x).
+#if !HWY_HAVE_SCALABLE  // arrays of vectors; scalable vectors take rows one by one
 template <bool kCenter, bool kGamma, bool kBeta, class T, class Src>
 HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGroupRows],
                                const SetStats (&st)[kGroupRows], size_t r, bool stream,
@@ -419,6 +420,7 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
     for (size_t t = i; t < cols; ++t) StoreElems(value(d1, t), d1, y + k * ldy + t);
   }
 }
+#endif
 
 template <bool kCenter, bool kGamma, bool kBeta, class T>
 void ApplyT(const RowNormJobT<T>& job, size_t row, size_t c0, size_t n,
@@ -463,14 +465,24 @@ HWY_INLINE SetStats ShortRowStatistics(const RowNormJobT<T>& job, const Src& src
   const size_t cols = job.cols;
   if (job.residual != nullptr && job.sum != nullptr) StoreSum(job, r, 0, cols);
   // Streamed rows were asked for during the previous row's stores.
+  const size_t ahead = job.stream ? 0 : kCacheAheadBytes;
+  Moments first;
+#if HWY_HAVE_SCALABLE
+  // Rows one at a time (no group path): the lanes reduced on their own.
+  hn::Vec<decltype(d)> mean, m2;
+  const float lane_count = RowLanes<kCenter>(d, src, cols, ahead, mean, m2);
+  first = Moments{0.0, 0.0f, 0.0f};
+  if (lane_count != 0.0f) first = ReduceLanes<kCenter>(d, mean, m2, lane_count);
+  first = BlockTree<kCenter, decltype(d)>::AddTail(d, src, cols - cols % hn::Lanes(d),
+                                                   cols, first);
+#else
   hn::Vec<decltype(d)> mean[kGroupRows], m2[kGroupRows];
   float lane_count = 0.0f;
   WithStatsSource(job, src, 0, cols, [&](const auto& s) NK_INLINE_LAMBDA {
-    lane_count =
-        RowLanes<kCenter>(d, s, cols, job.stream ? 0 : kCacheAheadBytes, mean[0], m2[0]);
+    lane_count = RowLanes<kCenter>(d, s, cols, ahead, mean[0], m2[0]);
   });
-  Moments first;
   RowMoments<kCenter>(d, &src, 1, cols, lane_count, mean, m2, &first);
+#endif
   return SlowRowStatistics<kCenter>(job, r, first);
 }
 
@@ -494,6 +506,7 @@ void RowsT(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t r1) {
   const bool rows_alike = y_addr % sizeof(T) == 0 && cols % kLineElems<T> == 0 &&
                           job.ldy % kLineElems<T> == 0;
   size_t r = r0;
+#if !HWY_HAVE_SCALABLE  // whose vectors arrays cannot hold: rows one at a time there
   if (cols <= kChunk && (!job.stream || rows_alike)) {  // kGroupRows at a time
     for (; r + kGroupRows <= r1; r += kGroupRows) {
       Src src[kGroupRows];
@@ -537,6 +550,9 @@ void RowsT(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t r1) {
       }
     }
   }
+#else
+  (void)rows_alike, (void)ahead, (void)store_sum;
+#endif
   for (; r < r1; ++r) {
     const Src src = src0.Row(r);
     SetStats st;

@@ -74,14 +74,19 @@ HWY_INLINE GradSums RowGradSums(const GradRow<kCenter, T>& row, size_t c0, size_
         hwy::Prefetch(reinterpret_cast<const char*>(row.dy + i + k) + ahead);
       }
     }
-    V sa[2] = {hn::Zero(d), hn::Zero(d)}, sb[2] = {hn::Zero(d), hn::Zero(d)};
-    HWY_UNROLL(16)
-    for (size_t k = 0; k < kBlockVectors; ++k) {
-      const V a = row.A(d, i + k * N);
-      sa[k & 1] = hn::Add(sa[k & 1], a);
-      sb[k & 1] = hn::MulAdd(a, row.XHat(d, i + k * N), sb[k & 1]);
+    // Two chains: even vectors in sa0 / sb0, odd ones in sa1 / sb1.
+    V sa0 = hn::Zero(d), sa1 = hn::Zero(d), sb0 = hn::Zero(d), sb1 = hn::Zero(d);
+    const auto add = [&](size_t at, V& sa, V& sb) HWY_ATTR {
+      const V a = row.A(d, at);
+      sa = hn::Add(sa, a);
+      sb = hn::MulAdd(a, row.XHat(d, at), sb);
+    };
+    HWY_UNROLL(8)
+    for (size_t k = 0; k < kBlockVectors; k += 2) {
+      add(i + k * N, sa0, sb0);
+      add(i + (k + 1) * N, sa1, sb1);
     }
-    tree.Add(d, hn::Add(sa[0], sa[1]), hn::Add(sb[0], sb[1]));
+    tree.Add(d, hn::Add(sa0, sa1), hn::Add(sb0, sb1));
   }
   if (i + N <= end) {
     V sa = hn::Zero(d), sb = hn::Zero(d);
@@ -137,6 +142,24 @@ HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t
       dg = hn::LoadU(dv, dgamma + i - c0);
       db = hn::LoadU(dv, dbeta + i - c0);
     }
+    const auto row_dx = [&](size_t k, VV dy, VV xhat, VV ds) HWY_ATTR {
+      VV v = hn::MulAdd(hn::Mul(g, dy), hn::Set(dv, row[k].rstd),
+                        hn::MulAdd(xhat, hn::Set(dv, k2[k]), hn::Set(dv, k1[k])));
+      if (kDsum) v = hn::Add(v, ds);
+      store(dv, v, dx[k] + i);
+      if (kParams) {
+        dg = hn::MulAdd(dy, xhat, dg);
+        db = hn::Add(db, dy);
+      }
+    };
+#if HWY_HAVE_SCALABLE
+    // Scalable vectors cannot be array elements: row by row (each row's loads before
+    // its store, as dx may be dy or dsum).
+    for (size_t k = 0; k < kRows; ++k) {
+      row_dx(k, LoadElems(dv, row[k].dy + i), row[k].XHat(dv, i),
+             kDsum ? LoadElems(dv, dsum[k] + i) : hn::Zero(dv));
+    }
+#else
     // Every row's loads before any row's store: rows of separately allocated tensors
     // lie at one offset from a page, so a store to dx[k] and a later load of x or dy
     // of row k + 1 at the same column share their address's low 12 bits, and the load
@@ -146,19 +169,11 @@ HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t
     for (size_t k = 0; k < kRows; ++k) {
       dy[k] = LoadElems(dv, row[k].dy + i);
       xhat[k] = row[k].XHat(dv, i);
-      if (kDsum) ds[k] = LoadElems(dv, dsum[k] + i);
+      ds[k] = kDsum ? LoadElems(dv, dsum[k] + i) : hn::Zero(dv);
     }
     HWY_UNROLL(4)
-    for (size_t k = 0; k < kRows; ++k) {
-      VV v = hn::MulAdd(hn::Mul(g, dy[k]), hn::Set(dv, row[k].rstd),
-                        hn::MulAdd(xhat[k], hn::Set(dv, k2[k]), hn::Set(dv, k1[k])));
-      if (kDsum) v = hn::Add(v, ds[k]);
-      store(dv, v, dx[k] + i);
-      if (kParams) {
-        dg = hn::MulAdd(dy[k], xhat[k], dg);
-        db = hn::Add(db, dy[k]);
-      }
-    }
+    for (size_t k = 0; k < kRows; ++k) row_dx(k, dy[k], xhat[k], ds[k]);
+#endif
     if (kParams) {
       hn::StoreU(dg, dv, dgamma + i - c0);
       hn::StoreU(db, dv, dbeta + i - c0);

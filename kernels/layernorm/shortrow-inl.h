@@ -297,15 +297,31 @@ void ShortRowsLoop(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t
 // Runs ShortRowsLoop for rows of 1, 2, 4, 8 or 16 whole vectors; false otherwise.
 template <bool kCenter, class T, class Src>
 bool TryShortRows(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t r1) {
-  const size_t N = hn::Lanes(hn::ScalableTag<float>());
-  if (job.cols % N != 0 || job.cols / N > kMaxShortVectors) return false;
-  switch (job.cols / N) {
-    case 1: ShortRowsLoop<1, kCenter>(job, src0, r0, r1); return true;
-    case 2: ShortRowsLoop<2, kCenter>(job, src0, r0, r1); return true;
-    case 4: ShortRowsLoop<4, kCenter>(job, src0, r0, r1); return true;
-    case 8: ShortRowsLoop<8, kCenter>(job, src0, r0, r1); return true;
-    case 16: ShortRowsLoop<16, kCenter>(job, src0, r0, r1); return true;
-    default: return false;
+  if constexpr (kMaxShortVectors == 0) {  // not instantiated: no arrays of vectors
+    (void)job, (void)src0, (void)r0, (void)r1;
+    return false;
+  } else {
+    const size_t N = hn::Lanes(hn::ScalableTag<float>());
+    if (job.cols % N != 0 || job.cols / N > kMaxShortVectors) return false;
+    switch (job.cols / N) {
+      case 1:
+        ShortRowsLoop<1, kCenter>(job, src0, r0, r1);
+        return true;
+      case 2:
+        ShortRowsLoop<2, kCenter>(job, src0, r0, r1);
+        return true;
+      case 4:
+        ShortRowsLoop<4, kCenter>(job, src0, r0, r1);
+        return true;
+      case 8:
+        ShortRowsLoop<8, kCenter>(job, src0, r0, r1);
+        return true;
+      case 16:
+        ShortRowsLoop<16, kCenter>(job, src0, r0, r1);
+        return true;
+      default:
+        return false;
+    }
   }
 }
 
