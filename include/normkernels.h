@@ -139,9 +139,12 @@ NK_API int nk_get_num_threads(void);
    of the call); n < 0 is NK_ERR_INVALID_ARGUMENT. Process-wide. */
 NK_API nk_status nk_set_num_threads(int n);
 
-/* Environment, read once at first use of the library: NK_ISA (as nk_set_isa) and
-   NK_NUM_THREADS (as nk_set_num_threads). A value those functions would refuse is
-   ignored and the default stays, with one line on stderr naming the variable, its
+/* Environment, read once at first use of the library: NK_ISA (as nk_set_isa),
+   NK_NUM_THREADS (as nk_set_num_threads) and NK_STREAM_BYTES (calls whose tensors
+   together reach that many bytes, by default 32 MiB, write their outputs with
+   non-temporal stores: for a CPU with a larger last-level cache). A value those
+   functions would refuse (NK_STREAM_BYTES: not a positive integer) is ignored and the
+   default stays, with one line on stderr naming the variable, its
    value and what is used instead. NK_AVX512BF16=0 keeps the AVX3 kernels from
    AVX512-BF16's rounding instruction (bfloat16 outputs, same bits; for testing).
    Fork: libgomp's thread pool does not survive fork(), and a parallel region in the

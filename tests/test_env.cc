@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// test_env.cc: NK_ISA and NK_NUM_THREADS, read once at first use, and what the library
-// says on stderr about values it ignores.
-// Usage: test_env <expected ISA or "best"> <expected threads or "default"> <LINES>
-// [WORDS...]: stderr must hold LINES lines (one per ignored variable), each starting
-// "normkernels: ", and every one of WORDS.
+// test_env.cc: NK_ISA, NK_NUM_THREADS and NK_STREAM_BYTES, read once at first use, and
+// what the library says on stderr about values it ignores. Usage: test_env <expected ISA
+// or "best"> <expected threads or "default"> <LINES> [WORDS...]: stderr must hold LINES
+// lines (one per ignored variable), each starting "normkernels: ", and every one of
+// WORDS.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

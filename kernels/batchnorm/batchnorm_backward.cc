@@ -53,7 +53,7 @@ struct Context {
 template <class T>
 Context<T> ContextFor(const BatchNormGradJobT<T>& job, size_t tensors) {
   const size_t elements = job.n * job.c * job.spatial;
-  const bool big = tensors * elements * sizeof(T) >= kStreamBytes;
+  const bool big = tensors * elements * sizeof(T) >= StreamBytes();
   return {ChannelNormKernelsFor<T>(CurrentTarget()), ThreadsFor(elements), big,
           big && job.dx != nullptr};
 }

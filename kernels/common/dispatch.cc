@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // dispatch.cc: ISA selection (nk_*_isa), thread count (nk_*_num_threads) and the
-// environment (NK_ISA, NK_NUM_THREADS), read once.
+// environment (NK_ISA, NK_NUM_THREADS, NK_STREAM_BYTES), read once.
 #include "kernels/common/dispatch.h"
 
 #include <omp.h>
@@ -129,6 +129,25 @@ void OnFork() {
 }
 [[maybe_unused]] const int g_atfork = pthread_atfork(nullptr, nullptr, &OnFork);
 
+// NK_STREAM_BYTES: bytes, a positive integer; kStreamBytes otherwise.
+size_t ReadStreamBytes() {
+  const char* env = std::getenv("NK_STREAM_BYTES");
+  if (env == nullptr) return kStreamBytes;
+  const char* digits = env;
+  while (std::isspace(static_cast<unsigned char>(*digits))) ++digits;
+  char* end = nullptr;
+  const unsigned long long n = std::strtoull(digits, &end, 10);
+  while (end != digits && std::isspace(static_cast<unsigned char>(*end))) ++end;
+  if (*digits != '-' && end != digits && *end == '\0' && n > 0) return n;
+  std::fprintf(stderr,
+               "normkernels: NK_STREAM_BYTES=\"%.64s\" is not a size in bytes (a "
+               "positive integer); using the default (%zu)\n",
+               env, kStreamBytes);
+  return kStreamBytes;
+}
+
+std::atomic<size_t> g_stream_bytes{kStreamBytes};
+
 void Init() {
   std::call_once(g_init, [] {
     int64_t target = Best();
@@ -142,6 +161,7 @@ void Init() {
       }
     }
     g_target.store(target, std::memory_order_relaxed);
+    g_stream_bytes.store(ReadStreamBytes(), std::memory_order_relaxed);
     const char* env = std::getenv("NK_NUM_THREADS");
     if (env != nullptr && !g_forked.load(std::memory_order_relaxed)) {
       char* end = nullptr;
@@ -168,6 +188,11 @@ constexpr size_t kMinWorkPerThread = 32768;
 int64_t CurrentTarget() {
   Init();
   return g_target.load(std::memory_order_relaxed);
+}
+
+size_t StreamBytes() {
+  Init();
+  return g_stream_bytes.load(std::memory_order_relaxed);
 }
 
 int ThreadsFor(size_t work) {

@@ -20,11 +20,13 @@ int64_t CurrentTarget();
 // than the configured count, and at least kMinWorkPerThread elements each.
 int ThreadsFor(size_t work);
 
-// Calls whose tensors (inputs and outputs together) reach this size write their
+// Calls whose tensors (inputs and outputs together) reach StreamBytes() write their
 // outputs with non-temporal stores: the outputs would not stay in the last-level cache
 // (32 MiB per core complex on Zen 4 / 5) anyway, and streaming skips the read for
-// ownership.
+// ownership. kStreamBytes by default; NK_STREAM_BYTES in the environment sets it (a
+// CPU with a larger cache; tests that take the streamed paths with small tensors).
 constexpr size_t kStreamBytes = size_t{32} << 20;
+size_t StreamBytes();
 
 // The first item of part `k` of `parts` equal parts of `n` items.
 inline size_t PartBegin(size_t n, size_t k, size_t parts) { return n * k / parts; }

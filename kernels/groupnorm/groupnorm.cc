@@ -221,7 +221,7 @@ nk_status GroupNormForward(const GroupNormJobT<T>& job, float* mean, float* rstd
   const size_t elements = job.n * job.c * job.spatial;
   const int threads = ThreadsFor(elements);
   // As BatchNorm: streaming pays once x and y together overflow the cache.
-  const bool stream = 2 * elements * sizeof(T) >= kStreamBytes;
+  const bool stream = 2 * elements * sizeof(T) >= StreamBytes();
   if (job.channels_last) return ForwardColumns(k, job, threads, stream, mean, rstd);
   return ForwardPlanes(GroupSets<T>(k, job), job, threads, stream, mean, rstd);
 }

@@ -317,7 +317,7 @@ template <class T>
 nk_status GroupNormBackward(const GroupNormJobT<T>& job, const float* mean,
                             const float* rstd, float* dgamma, float* dbeta) {
   const size_t elements = job.n * job.c * job.spatial;
-  const bool big = 3 * elements * sizeof(T) >= kStreamBytes;
+  const bool big = 3 * elements * sizeof(T) >= StreamBytes();
   const Context<T> ctx{ChannelNormKernelsFor<T>(CurrentTarget()), ThreadsFor(elements),
                        big, big};
   if (job.channels_last) return BackwardColumns(ctx, job, mean, rstd, dgamma, dbeta);

@@ -152,9 +152,9 @@ nk_status RunRowNorm(RowNormJobT<T> job) {
   const size_t elements = job.rows * job.cols;
   // The tensors the call reads and writes (x, y; residual and sum in the fused forms),
   // as in BatchNorm: LayerNorm of 4096x1024 (16 MiB x), 1 thread, streamed once its x
-  // and y reached kStreamBytes instead of once y alone did: 1250 -> 630 us.
+  // and y reached StreamBytes() instead of once y alone did: 1250 -> 630 us.
   const size_t tensors = 2 + (job.residual != nullptr) + (job.sum != nullptr);
-  job.stream = tensors * elements * sizeof(T) >= kStreamBytes;
+  job.stream = tensors * elements * sizeof(T) >= StreamBytes();
   const int threads = ThreadsFor(elements);
   if (threads > 1 && job.cols > kChunk && job.rows < 4 * static_cast<size_t>(threads)) {
     return RunChunked(k, job, threads);

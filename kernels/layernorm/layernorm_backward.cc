@@ -49,7 +49,7 @@ nk_status RunRowNormBackward(RowGradJobT<T> job, float* dgamma, float* dbeta) {
   const size_t rows = job.rows, cols = job.cols;
   const size_t elements = rows * cols;
   const size_t tensors = 3 + (job.dsum != nullptr);  // x, dy, dx (+ dsum)
-  job.stream = tensors * elements * sizeof(T) >= kStreamBytes;
+  job.stream = tensors * elements * sizeof(T) >= StreamBytes();
   const size_t part_rows = PartRows(rows);
   const size_t parts = (rows + part_rows - 1) / part_rows;
   const size_t chunks = NumChunks(cols);
