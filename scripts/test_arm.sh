@@ -1,19 +1,69 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: Apache-2.0
-# test_arm.sh: builds the library and its tests for aarch64 on this x86 Debian machine
-# (g++-aarch64-linux-gnu, the arm64 multiarch packages; installed when missing) and
-# runs ctest under qemu-user. QEMU_CPU chooses the emulated CPU (default cortex-a72,
-# NEON); BUILD_DIR the build tree (default build-arm). Other arguments go to ctest.
+# test_arm.sh: builds the library, its tests and the benchmark for aarch64 on this x86
+# Debian machine (g++-aarch64-linux-gnu and the arm64 multiarch packages, installed by
+# scripts/arm_deps.sh when missing) and runs them under qemu-user, on six CPU models:
+#
+#   max                the whole ctest suite, ISA tests for SVE2 (512-bit vectors)
+#   cortex-a72         NEON (Graviton 2, Ampere, Raspberry Pi 4)
+#   a64fx              SVE at 512 bits
+#   max,sve-max-vq=2   SVE_256 (Graviton 3, Neoverse V1)
+#   max,sve-max-vq=1   SVE2_128 (Graviton 4, Neoverse N2 / V2)
+#   max,sve-max-vq=16  SVE2 at 2048 bits, the longest vectors SVE allows
+#
+# Each model first asserts the ISAs it runs (test_api, NK_TEST_EXPECT_ISAS); then every
+# per-ISA test of every test binary runs for its best ISA (under max also SVE and NEON
+# are there; they run on a64fx and cortex-a72 instead). Not under emulation: the
+# 32 MiB streaming tests (their long-double references take minutes each under qemu,
+# where long double is software quad precision); they run on x86 in every ISA. Here
+# the models' runs stream from 256 KiB of tensors on (NK_STREAM_BYTES), so the tests'
+# larger tensors take the streamed paths on every Arm target and vector length.
+# BUILD_DIR: the build tree (default build-arm). Arguments: ctest's, for the max run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build-arm}
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-dpkg --print-foreign-architectures | grep -qx arm64 || $sudo dpkg --add-architecture arm64
-bash scripts/deps.sh build-essential cmake pkg-config g++-aarch64-linux-gnu qemu-user \
-  libhwy-dev:arm64 libgtest-dev:arm64 libgomp1:arm64
+bash scripts/arm_deps.sh
+export QEMU_CPU=max  # the CPU that ctest's test discovery runs on, at build time
 cmake -S . -B "$build" --toolchain cmake/toolchains/aarch64-linux-gnu.cmake \
-  -DCMAKE_BUILD_TYPE=Release -DNK_BUILD_TESTS=ON -DNK_BUILD_BENCHMARKS=OFF
+  -DCMAKE_BUILD_TYPE=Release -DNK_BUILD_TESTS=ON -DNK_BUILD_BENCHMARKS=ON
 cmake --build "$build" -j"$(nproc)"
-QEMU_CPU=${QEMU_CPU:-cortex-a72} ctest --test-dir "$build" --output-on-failure \
-  -j"$(nproc)" "$@"
+
+# The shared library exports the C ABI and nothing else.
+others=$(aarch64-linux-gnu-nm -D --defined-only "$build/libnormkernels.so" |
+  awk '$3 !~ /^nk_/ {print $3}')
+[ -z "$others" ] || { echo "exported besides nk_*: $others"; exit 1; }
+echo "libnormkernels.so (aarch64) exports $(aarch64-linux-gnu-nm -D --defined-only \
+  "$build/libnormkernels.so" | grep -c ' nk_') functions, all nk_*"
+
+not_emulated='LargeTensorsStream'
+echo "== qemu max: the whole suite, ISA tests for SVE2"
+NK_TEST_EXPECT_ISAS=SVE2,SVE,NEON ctest --test-dir "$build" --output-on-failure \
+  -j"$(nproc)" -E "$not_emulated|/(SVE|NEON)  #" "$@"
+echo "== the benchmark, as a smoke test (--nk_verify: each case's output checked once)"
+qemu-aarch64 "$build/bench/bench_normkernels" --nk_verify | tail -n 1
+
+# run_isa CPU ISA EXPECTED: the ISA tests of every binary for ISA on qemu's CPU model.
+run_isa() {
+  local cpu=$1 isa=$2 expected=$3 failed=0 t ran
+  echo "== qemu $cpu: $isa"
+  QEMU_CPU=$cpu NK_TEST_EXPECT_ISAS=$expected qemu-aarch64 "$build/tests/test_api" \
+    --gtest_brief=1 --gtest_filter='Isa.TheEmulatedCpuRunsTheExpectedIsas'
+  for t in "$build"/tests/test_*; do
+    [ -x "$t" ] && [ -f "$t" ] || continue
+    QEMU_CPU=$cpu qemu-aarch64 "$t" --gtest_list_tests | grep -q "/$isa\b" || continue
+    echo "$t"
+  done | xargs -P"$(nproc)" -I{} sh -c "QEMU_CPU='$cpu' NK_STREAM_BYTES=262144 \
+      qemu-aarch64 {} --gtest_brief=1 \
+      --gtest_filter='*/$isa:-*$not_emulated*' > {}.$isa.log 2>&1 \
+      && echo \"{}: \$(grep -o '[0-9]* tests\? from' {}.$isa.log | head -1) passed\" \
+      || { cat {}.$isa.log; echo \"{}: FAILED\"; exit 255; }" || failed=1
+  ran=$(cat "$build"/tests/*."$isa".log | grep -c '^\[==========\] [1-9]' || true)
+  [ "$failed" -eq 0 ] && [ "$ran" -gt 0 ] || { echo "qemu $cpu: $isa failed"; exit 1; }
+  rm -f "$build"/tests/*."$isa".log
+}
+run_isa cortex-a72 NEON NEON
+run_isa a64fx SVE SVE,NEON
+run_isa max,sve-max-vq=2 SVE_256 SVE_256,SVE2,SVE,NEON
+run_isa max,sve-max-vq=1 SVE2_128 SVE2_128,SVE2,SVE,NEON
+run_isa max,sve-max-vq=16 SVE2 SVE2,SVE,NEON
+echo "Arm: every ISA test passed on NEON, SVE, SVE2, SVE_256 and SVE2_128"

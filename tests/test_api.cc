@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -79,6 +80,18 @@ TEST(Isa, ThisMachineHasEveryX86Target) {
   }
   EXPECT_TRUE(isas.back() == "SCALAR" || isas.back() == "EMU128") << isas.back();
 #endif
+}
+
+// Under emulation (the Arm leg runs each qemu CPU model with NK_TEST_EXPECT_ISAS set):
+// the ISAs this CPU runs are exactly those named, best first, and the best is selected.
+TEST(Isa, TheEmulatedCpuRunsTheExpectedIsas) {
+  const char* expected = std::getenv("NK_TEST_EXPECT_ISAS");
+  if (expected == nullptr) GTEST_SKIP() << "NK_TEST_EXPECT_ISAS is not set";
+  std::string listed;
+  for (const std::string& isa : Isas()) listed += (listed.empty() ? "" : ",") + isa;
+  EXPECT_EQ(listed, expected);
+  EXPECT_EQ(nk_set_isa(nullptr), NK_OK);
+  EXPECT_EQ(nk_get_isa(), Isas().front());
 }
 
 TEST(Isa, UnknownAndUnsupportedNames) {
