@@ -44,10 +44,12 @@ qemu-aarch64 "$build/bench/bench_normkernels" --nk_verify | tail -n 1
 
 # run_isa CPU ISA EXPECTED: the ISA tests of every binary for ISA on qemu's CPU model.
 run_isa() {
-  local cpu=$1 isa=$2 expected=$3 failed=0 t ran
+  local cpu=$1 isa=$2 expected=$3 failed=0 t ran out
   echo "== qemu $cpu: $isa"
-  QEMU_CPU=$cpu NK_TEST_EXPECT_ISAS=$expected qemu-aarch64 "$build/tests/test_api" \
-    --gtest_brief=1 --gtest_filter='Isa.TheEmulatedCpuRunsTheExpectedIsas'
+  out=$(QEMU_CPU=$cpu NK_TEST_EXPECT_ISAS=$expected qemu-aarch64 "$build/tests/test_api" \
+    --gtest_brief=1 --gtest_filter='Isa.TheEmulatedCpuRunsTheExpectedIsas' 2>&1) ||
+    { echo "$out"; echo "qemu $cpu does not run $expected"; exit 1; }
+  echo "qemu $cpu runs $expected (asserted), the best selected"
   for t in "$build"/tests/test_*; do
     [ -x "$t" ] && [ -f "$t" ] || continue
     QEMU_CPU=$cpu qemu-aarch64 "$t" --gtest_list_tests | grep -q "/$isa\b" || continue
