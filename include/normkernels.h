@@ -111,9 +111,11 @@ typedef enum nk_layout {  /* spatial dims flattened into `spatial` */
 
 /* ---------------------------------------------------------------- ISA and threads */
 
-/* Instruction sets are named as Highway names its targets: "AVX3", "AVX2", "SSE4",
-   "SSSE3", and the baseline ("SCALAR" with Debian's g++ 12; "EMU128" with newer
-   compilers). Every returned string is static, valid for the life of the process. */
+/* Instruction sets are named as Highway names its targets: on x86 "AVX3", "AVX2",
+   "SSE4", "SSSE3", and the baseline ("SCALAR" with Debian's g++ 12; "EMU128" with newer
+   compilers); on aarch64 "SVE2_128", "SVE_256" (CPUs of exactly those vector lengths),
+   "SVE2", "SVE", and "NEON", the baseline. Every returned string is static, valid for
+   the life of the process. */
 
 /* The ISA that kernels starting now use. */
 NK_API const char* nk_get_isa(void);
