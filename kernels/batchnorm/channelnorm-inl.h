@@ -418,24 +418,25 @@ template <class T>
 void ChannelPlanesApply(const T* x, size_t spatial, size_t count,
                         const SpanAffine* affine, T* y) {
   if (count == 0) return;
-  // Several planes per vector, or scalable vectors (which AffinePlanes' parameter sets
-  // cannot hold as struct members): plane by plane, with the same bits.
-  if (HWY_HAVE_SCALABLE || spatial < hn::Lanes(hn::ScalableTag<float>())) {
-    for (size_t p = 0; p < count; ++p) {
-      ChannelSpanApply(x + p * spatial, spatial, affine[p], false, y + p * spatial);
-    }
-    return;
-  }
+  // As one span where a plane fills a vector; not with scalable vectors, which
+  // AffinePlanes' parameter sets cannot hold as struct members.
   if constexpr (!HWY_HAVE_SCALABLE) {
-    bool scaled = false;
-    for (size_t p = 0; p < count; ++p) scaled |= affine[p].scale != 1.0f;
-    if (affine[0].center) {
-      scaled ? AffinePlanes<true, true>(x, spatial, count, affine, y)
-             : AffinePlanes<true, false>(x, spatial, count, affine, y);
-    } else {
-      scaled ? AffinePlanes<false, true>(x, spatial, count, affine, y)
-             : AffinePlanes<false, false>(x, spatial, count, affine, y);
+    if (spatial >= hn::Lanes(hn::ScalableTag<float>())) {
+      bool scaled = false;
+      for (size_t p = 0; p < count; ++p) scaled |= affine[p].scale != 1.0f;
+      if (affine[0].center) {
+        scaled ? AffinePlanes<true, true>(x, spatial, count, affine, y)
+               : AffinePlanes<true, false>(x, spatial, count, affine, y);
+      } else {
+        scaled ? AffinePlanes<false, true>(x, spatial, count, affine, y)
+               : AffinePlanes<false, false>(x, spatial, count, affine, y);
+      }
+      return;
     }
+  }
+  // Plane by plane, with the same bits.
+  for (size_t p = 0; p < count; ++p) {
+    ChannelSpanApply(x + p * spatial, spatial, affine[p], false, y + p * spatial);
   }
 }
 

@@ -9,15 +9,17 @@
 
 #include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <string>
 
 #include "hwy/targets.h"
-#include "kernels/common/cpu_targets.h"
 #include "include/normkernels.h"
+#include "kernels/common/cpu_targets.h"
 #include "kernels/common/errors.h"
 
 namespace nk {
@@ -129,16 +131,25 @@ void OnFork() {
 }
 [[maybe_unused]] const int g_atfork = pthread_atfork(nullptr, nullptr, &OnFork);
 
+// `text` as a whole decimal integer in [lo, hi] (white space around it allowed).
+bool ParseInteger(const char* text, long long lo, long long hi, long long* value) {
+  char* end = nullptr;
+  errno = 0;
+  const long long n = std::strtoll(text, &end, 10);
+  while (end != text && std::isspace(static_cast<unsigned char>(*end))) ++end;
+  if (end == text || *end != '\0' || errno != 0 || n < lo || n > hi) return false;
+  *value = n;
+  return true;
+}
+
 // NK_STREAM_BYTES: bytes, a positive integer; kStreamBytes otherwise.
 size_t ReadStreamBytes() {
   const char* env = std::getenv("NK_STREAM_BYTES");
+  long long n = 0;
   if (env == nullptr) return kStreamBytes;
-  const char* digits = env;
-  while (std::isspace(static_cast<unsigned char>(*digits))) ++digits;
-  char* end = nullptr;
-  const unsigned long long n = std::strtoull(digits, &end, 10);
-  while (end != digits && std::isspace(static_cast<unsigned char>(*end))) ++end;
-  if (*digits != '-' && end != digits && *end == '\0' && n > 0) return n;
+  if (ParseInteger(env, 1, std::numeric_limits<long long>::max(), &n)) {
+    return static_cast<size_t>(n);
+  }
   std::fprintf(stderr,
                "normkernels: NK_STREAM_BYTES=\"%.64s\" is not a size in bytes (a "
                "positive integer); using the default (%zu)\n",
@@ -164,10 +175,8 @@ void Init() {
     g_stream_bytes.store(ReadStreamBytes(), std::memory_order_relaxed);
     const char* env = std::getenv("NK_NUM_THREADS");
     if (env != nullptr && !g_forked.load(std::memory_order_relaxed)) {
-      char* end = nullptr;
-      const long n = std::strtol(env, &end, 10);
-      while (end != env && std::isspace(static_cast<unsigned char>(*end))) ++end;
-      if (end != env && *end == '\0' && n >= 0 && n <= 1 << 20) {
+      long long n = 0;
+      if (ParseInteger(env, 0, 1 << 20, &n)) {
         g_threads.store(static_cast<int>(n), std::memory_order_relaxed);
       } else {
         const int omp = omp_get_max_threads();

@@ -303,25 +303,16 @@ bool TryShortRows(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t 
   } else {
     const size_t N = hn::Lanes(hn::ScalableTag<float>());
     if (job.cols % N != 0 || job.cols / N > kMaxShortVectors) return false;
+    // clang-format off
     switch (job.cols / N) {
-      case 1:
-        ShortRowsLoop<1, kCenter>(job, src0, r0, r1);
-        return true;
-      case 2:
-        ShortRowsLoop<2, kCenter>(job, src0, r0, r1);
-        return true;
-      case 4:
-        ShortRowsLoop<4, kCenter>(job, src0, r0, r1);
-        return true;
-      case 8:
-        ShortRowsLoop<8, kCenter>(job, src0, r0, r1);
-        return true;
-      case 16:
-        ShortRowsLoop<16, kCenter>(job, src0, r0, r1);
-        return true;
-      default:
-        return false;
+      case 1: ShortRowsLoop<1, kCenter>(job, src0, r0, r1); return true;
+      case 2: ShortRowsLoop<2, kCenter>(job, src0, r0, r1); return true;
+      case 4: ShortRowsLoop<4, kCenter>(job, src0, r0, r1); return true;
+      case 8: ShortRowsLoop<8, kCenter>(job, src0, r0, r1); return true;
+      case 16: ShortRowsLoop<16, kCenter>(job, src0, r0, r1); return true;
+      default: return false;
     }
+    // clang-format on
   }
 }
 
