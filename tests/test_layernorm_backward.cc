@@ -44,9 +44,10 @@ TEST_P(LayerNormBackwardTest, PrimesAndLongRows) {
 }
 
 TEST_P(LayerNormBackwardTest, ManyRowsOfParts) {
-  // Rows in parts of 4 (fewer than 64 rows) or 16, whose sums the tree adds.
+  // Rows in parts of 4 (fewer than 64 rows), 16 or 32 (from 512), whose sums the
+  // tree adds.
   for (Op op : kAllOps) {
-    for (size_t rows : {1, 3, 4, 63, 64, 65, 257}) {
+    for (size_t rows : {1, 3, 4, 63, 64, 65, 257, 511, 512, 1000}) {
       GradCase c;
       c.op = op;
       c.rows = rows;
@@ -73,14 +74,19 @@ TEST_P(LayerNormBackwardTest, OptionalArguments) {
 }
 
 TEST_P(LayerNormBackwardTest, Misaligned) {
+  // 67 rows of 304: parts of 16, whose later groups of rows add to dgamma and dbeta
+  // where the first stored them, and rows at one offset from a vector boundary on
+  // every target (their head and tail vectors overlap the aligned ones).
   for (Op op : kAllOps) {
     for (size_t misalign = 1; misalign < 16; misalign += 3) {
-      GradCase c;
-      c.op = op;
-      c.rows = 21;
-      c.cols = 301;
-      c.misalign = misalign;
-      CheckGradCase(c);
+      for (size_t rows : {21, 67}) {
+        GradCase c;
+        c.op = op;
+        c.rows = rows;
+        c.cols = rows == 21 ? 301 : 304;
+        c.misalign = misalign;
+        CheckGradCase(c);
+      }
     }
   }
 }
@@ -92,7 +98,7 @@ TEST_P(LayerNormBackwardTest, InPlace) {
       for (size_t cols : {5, 64, 1000}) {
         GradCase c;
         c.op = op;
-        c.rows = 13;
+        c.rows = cols == 1000 ? 67 : 13;
         c.cols = cols;
         c.alias = alias;
         c.misalign = cols % 3;

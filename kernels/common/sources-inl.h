@@ -223,6 +223,23 @@ HWY_INLINE void ForEachVector(D d, size_t begin, size_t end, const Func& f) {
   for (; i < end; ++i) f(d1, i);
 }
 
+// As ForEachVector, with 16-byte vectors between the whole ones and the lanes: for
+// the elements beside a streamed span, which take no whole-vector stores, up to a line
+// less one at each end (the 12 before a line at malloc's / NumPy's 16 bytes: 3 calls
+// in place of 12).
+template <class D, class Func>
+HWY_INLINE void ForEachVectorByQuads(D d, size_t begin, size_t end, const Func& f) {
+  const size_t N = hn::Lanes(d);
+  size_t i = begin;
+  for (; i + N <= end; i += N) f(d, i);
+  if constexpr (hn::MaxLanes(D()) > 4) {
+    const hn::CappedTag<float, 4> d4;
+    for (; i + 4 <= end; i += 4) f(d4, i);
+  }
+  const hn::CappedTag<float, 1> d1;
+  for (; i < end; ++i) f(d1, i);
+}
+
 // The elements of y before its first vector boundary (the vector of its elements; 0
 // for y that is not even element-aligned: it is stored unaligned throughout).
 template <class D, class T>
@@ -269,14 +286,15 @@ HWY_INLINE size_t StreamUnit(D d, const T* y) {
 }
 
 // y[i] = value(d, i) for i in [begin, end) with regular stores that write no element
-// outside it (the lines around it are streamed): whole vectors, then lane by lane
-// (ForEachVector). Masked stores were slower on this AMD CPU, AVX2's and AVX-512's
-// alike (LayerNorm at +16 bytes, 1 thread, ratio to a copy: 65536x256 at AVX2 0.37
-// against 0.50-0.61 lane by lane; 16384x1024 at AVX3 0.82 against 1.02).
+// outside it (the lines around it are streamed): whole vectors, then 16-byte ones, then
+// lane by lane (ForEachVectorByQuads). Masked stores were slower on this AMD CPU, AVX2's
+// and AVX-512's alike (LayerNorm at +16 bytes, 1 thread, ratio to a copy: 65536x256 at
+// AVX2 0.37 against 0.50-0.61 lane by lane; 16384x1024 at AVX3 0.82 against 1.02).
 template <class D, class Value, class T>
 HWY_INLINE void StoreWithin(D d, const Value& value, size_t begin, size_t end, T* y) {
-  ForEachVector(d, begin, end,
-                [&](auto dv, size_t i) HWY_ATTR { StoreElems(value(dv, i), dv, y + i); });
+  ForEachVectorByQuads(d, begin, end, [&](auto dv, size_t i) HWY_ATTR {
+    StoreElems(value(dv, i), dv, y + i);
+  });
 }
 
 // Streams the values of a contiguous span y[0, n) (n a multiple of N), put in order a
