@@ -77,24 +77,23 @@ HWY_INLINE void WithGradSumsRow(const RowGradJobT<T>& job, size_t r, size_t c0, 
   const GradRow<kCenter, TensorSource<T>> row = GradRowOf<kCenter>(job, r);
 #ifdef NK_LINE_PAIRS
   if constexpr (std::is_same_v<T, float>) {
-    if (!job.stream) {
-      // fn2(source) with p's elements as a LinePairSource where it fits in [p0, p0 + ld
-      // * rows), else as they are.
-      const auto paired = [&](const float* p, const float* p0, size_t ld,
-                              const auto& fn2) NK_INLINE_LAMBDA {
-        if (LinePairSource::Fits(p, c0, n, p0, p0 + (job.rows - 1) * ld + job.cols)) {
-          return fn2(LinePairSource(p));
-        }
-        fn2(TensorSource<float>{p});
-      };
-      return paired(row.x.x, job.x, job.ldx, [&](const auto& xs) NK_INLINE_LAMBDA {
-        paired(row.dy.x, job.dy, job.lddy, [&](const auto& dys) NK_INLINE_LAMBDA {
-          using XS = std::decay_t<decltype(xs)>;
-          using DS = std::decay_t<decltype(dys)>;
-          fn(GradRow<kCenter, XS, DS>{xs, dys, row.gamma, row.mean, row.rstd});
-        });
+    // fn2(source) with p's elements as a LinePairSource where that fits in [p0, p0 +
+    // ld * rows), else as they are.
+    const auto paired = [&](const float* p, const float* p0, size_t ld,
+                            const auto& fn2) NK_INLINE_LAMBDA {
+      if (!job.stream &&
+          LinePairSource::Fits(p, c0, n, p0, p0 + (job.rows - 1) * ld + job.cols)) {
+        return fn2(LinePairSource(p));
+      }
+      fn2(TensorSource<float>{p});
+    };
+    return paired(row.x.x, job.x, job.ldx, [&](const auto& xs) NK_INLINE_LAMBDA {
+      paired(row.dy.x, job.dy, job.lddy, [&](const auto& dys) NK_INLINE_LAMBDA {
+        using XS = std::decay_t<decltype(xs)>;
+        using DS = std::decay_t<decltype(dys)>;
+        fn(GradRow<kCenter, XS, DS>{xs, dys, row.gamma, row.mean, row.rstd});
       });
-    }
+    });
   }
 #else
   (void)c0, (void)n;
@@ -123,9 +122,11 @@ HWY_INLINE GradSums RowGradSums(const Row& row, size_t c0, size_t n, size_t ahea
         row.dy.Prefetch(i + k, ahead);
       }
     }
-    // Two chains: even vectors in sa0 / sb0, odd ones in sa1 / sb1.
+    // Two chains: even vectors in sa0 / sb0, odd ones in sa1 / sb1. (Left to the
+    // compiler, the step below stayed out of line in some builds, its sums through
+    // memory: 1.5x slower.)
     V sa0 = hn::Zero(d), sa1 = hn::Zero(d), sb0 = hn::Zero(d), sb1 = hn::Zero(d);
-    const auto add = [&](size_t at, V& sa, V& sb) HWY_ATTR {
+    const auto add = [&](size_t at, V& sa, V& sb) NK_INLINE_LAMBDA {
       const V a = row.A(d, at);
       sa = hn::Add(sa, a);
       sb = hn::MulAdd(a, row.XHat(d, at), sb);
@@ -251,10 +252,10 @@ HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t
   // Runs aligned(a0, a1) over whole vectors [a0, a1), and the head [c0, a0) and tail
   // [a1, end) around it: their whole vectors, then what is left of each (fewer than N
   // elements) as a whole vector overlapping its neighbours, in place of lane by lane
-  // (LayerNorm backward 4096x256 at +16 bytes, AVX3, 1 thread: 257 -> 225 us). Those
-  // two are computed, and dgamma / dbeta updated in their own lanes, before anything
-  // else of the rows is stored (dx may be dy or dsum); their dx is stored after it all
-  // (the overlapped elements get the same bits twice).
+  // (LayerNorm backward 4096x256 at +16 bytes, AVX3, 1 thread, alternating processes:
+  // 264-284 -> 251-253 us). Those two are computed, and dgamma / dbeta updated in their
+  // own lanes, before anything else of the rows is stored (dx may be dy or dsum); their
+  // dx is stored after it all (the overlapped elements get the same bits twice).
   const auto with_edges = [&](size_t a0, size_t a1, const auto& aligned) HWY_ATTR {
     const size_t h0 = c0 + (a0 - c0) / N * N, t1 = a1 + (end - a1) / N * N;
     const auto whole = [&](size_t begin, size_t stop) HWY_ATTR {
