@@ -211,6 +211,12 @@ HWY_INLINE void PrefetchAhead(const Src& src, size_t i, size_t n, size_t ahead) 
   for (size_t k = 0; k < n; k += 64 / sizeof(float)) src.Prefetch(i + k, ahead);
 }
 
+// A lambda attribute: always inlined, for hot loops' steps the compiler might leave
+// out of line (it did, in places: rownorm-inl.h, rownorm_backward-inl.h).
+#ifndef NK_INLINE_LAMBDA
+#define NK_INLINE_LAMBDA HWY_ATTR __attribute__((always_inline))
+#endif
+
 // Calls f(d, i) for each full vector of [begin, end) and f(d1, i) for each
 // element of the tail, so no access leaves the caller's buffers (no masked or
 // full-width loads past the end on targets where those may fault).

@@ -62,9 +62,6 @@ HWY_INLINE void WithRowSource(const RowNormJobT<T>& job, size_t row, const Fn& f
 // left to the compiler, the call stayed, and LayerNorm of 4 MiB with 1024 aligned
 // columns, 1 thread, ran 5% slower than without this function (0.59 against 0.62 of a
 // copy, 8 alternating processes; inlined: 0.66 against 0.61 in 6).
-#ifndef NK_INLINE_LAMBDA
-#define NK_INLINE_LAMBDA HWY_ATTR __attribute__((always_inline))
-#endif
 template <class T, class Src, class Fn>
 HWY_INLINE void WithStatsSource(const RowNormJobT<T>& job, const Src& src, size_t c0,
                                 size_t n, const Fn& fn) {

@@ -61,10 +61,6 @@ HWY_INLINE GradRow<kCenter, TensorSource<T>> GradRowOf(const RowGradJobT<T>& job
           job.rstd[r]};
 }
 
-#ifndef NK_INLINE_LAMBDA
-#define NK_INLINE_LAMBDA HWY_ATTR __attribute__((always_inline))
-#endif
-
 // Calls fn(row) with row r's GradRow for the sums of its elements [c0, c0 + n), x and
 // dy each read as line pairs where that reads the same values faster: fp32 at a
 // misaligned address, as the forwards' statistics (WithStatsSource), in rows that come
