@@ -356,13 +356,41 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
       }
     };
     ends(0, lead);
-    for (size_t i = lead; i + N <= lines_end; i += N) {
-      for (size_t k = 0; k < ahead_rows; ++k) {  // the same column of the next rows
-        const size_t row = r + kGroupRows + k;
-        hwy::Prefetch(job.x + row * job.ldx + i);
-        if (job.residual != nullptr) hwy::Prefetch(job.residual + row * job.ldr + i);
+    size_t i = lead;
+    // Vectors narrower than a line (AVX2, SSE4; half tensors at AVX-512) go a line of
+    // y at a time: a row's vectors of the line back to back, then the next row's. Four
+    // rows a vector at a time kept four lines part filled at once, written to memory in
+    // pieces (LayerNorm 65536x256, 1 thread, alternating processes: AVX2 3.3-3.6 ->
+    // 2.5-2.7 ms, SSE4 5.5-5.9 -> 4.3-4.4 ms). The next rows are not asked for here:
+    // the statistics' read-ahead finds them (asked for as well: AVX2 2.8-2.9 ms).
+    constexpr size_t kLineVecs = HWY_MIN(4, HWY_MAX(1, kLineElems<T> / hn::MaxLanes(d)));
+    if constexpr (kLineVecs > 1) {
+      for (; i + kLineVecs * N <= lines_end; i += kLineVecs * N) {
+        V g[kLineVecs], b[kLineVecs];
+        for (size_t j = 0; j < kLineVecs; ++j) {
+          g[j] = kGamma ? hn::LoadU(d, gamma + i + j * N) : hn::Zero(d);
+          b[j] = kBeta ? hn::LoadU(d, beta + i + j * N) : hn::Zero(d);
+        }
+        HWY_UNROLL(4)
+        for (size_t k = 0; k < kGroupRows; ++k) {
+          HWY_UNROLL(4)
+          for (size_t j = 0; j < kLineVecs; ++j) {
+            const size_t c = i + j * N;
+            StreamElems(Affine<kCenter, kGamma, kBeta>(src[k].Load(d, c), mean[k],
+                                                       rstd[k], g[j], b[j]),
+                        d, y + k * ldy + c);
+          }
+        }
       }
-      vector(i, [&](V v, size_t, T* p) HWY_ATTR { StreamElems(v, d, p); });
+    } else {
+      for (; i + N <= lines_end; i += N) {
+        for (size_t k = 0; k < ahead_rows; ++k) {  // the same column of the next rows
+          const size_t row = r + kGroupRows + k;
+          hwy::Prefetch(job.x + row * job.ldx + i);
+          if (job.residual != nullptr) hwy::Prefetch(job.residual + row * job.ldr + i);
+        }
+        vector(i, [&](V v, size_t, T* p) HWY_ATTR { StreamElems(v, d, p); });
+      }
     }
     ends(lines_end, cols);
     return;
