@@ -360,11 +360,13 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
     // Vectors narrower than a line (AVX2, SSE4; half tensors at AVX-512) go a line of
     // y at a time: a row's vectors of the line back to back, then the next row's. Four
     // rows a vector at a time kept four lines part filled at once, written to memory in
-    // pieces (LayerNorm 65536x256, 1 thread, alternating processes: AVX2 3.3-3.6 ->
-    // 2.5-2.7 ms, SSE4 5.5-5.9 -> 4.3-4.4 ms). The next rows are not asked for here:
-    // the statistics' read-ahead finds them (asked for as well: AVX2 2.8-2.9 ms).
+    // pieces (LayerNorm 65536x256 at +0, 1 thread, alternating processes: AVX2 3.4 ->
+    // 2.6-2.8 ms, SSE4 5.8 -> 4.3-4.4 ms). The next rows are not asked for here: the
+    // statistics' read-ahead finds them (asked for as well: AVX2 2.8-2.9 ms).
     constexpr size_t kLineVecs = HWY_MIN(4, HWY_MAX(1, kLineElems<T> / hn::MaxLanes(d)));
     if constexpr (kLineVecs > 1) {
+      // [lead, lines_end) is whole steps: cols and ldy are whole lines (RowsT checks),
+      // and a step of kLineVecs vectors divides a line.
       for (; i + kLineVecs * N <= lines_end; i += kLineVecs * N) {
         V g[kLineVecs], b[kLineVecs];
         for (size_t j = 0; j < kLineVecs; ++j) {
