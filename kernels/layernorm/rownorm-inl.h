@@ -239,7 +239,7 @@ template <bool kCenter, class D, class Src, class V = hn::Vec<D>>
 HWY_INLINE float RowLanes(D d, const Src src, size_t cols, size_t ahead, V& mean, V& m2) {
   BlockTree<kCenter, D> tree;
   const size_t block = BlockElements(d);
-  size_t i = 0;
+  size_t i = tree.template AddPairs<true>(d, src, 0, cols, ahead);
   for (; i + block <= cols; i += block) {
     if (ahead != 0) PrefetchAhead(src, i, block, ahead);
     tree.Add(d, src, i);
