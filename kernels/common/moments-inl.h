@@ -329,7 +329,7 @@ class BlockTree {
   // even): the same bits, half the tree's loads, stores and branches. (LayerNorm, 1
   // thread, fastest of 11 in alternating processes: 64x1024 to 1024x1024 at AVX2 8-12%
   // faster, SSE4 5-9%; at AVX3, where a block is 256 elements, 64x1024 and 256x1024 ran
-  // 5-10% slower. A build whose pairs lost the read-ahead ran streamed rows 15-35%
+  // 5-10% slower. A build whose pairs lost the read-ahead ran streamed rows 14-37%
   // slower.)
   template <bool kAhead, class Src>
   HWY_INLINE size_t AddPairs(D d, const Src& src, size_t i, size_t end, size_t ahead) {
