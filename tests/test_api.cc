@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -71,14 +72,32 @@ TEST(Isa, ListIsBestFirstAndSettable) {
   EXPECT_EQ(nk_get_isa(), isas[0]);
 }
 
-TEST(Isa, ThisMachineHasEveryX86Target) {
+// The ISAs listed are exactly the x86 targets this CPU runs, as its own feature flags
+// say (libgcc's cpuid, not Highway's): none missing, none it cannot run. Every kernel
+// test runs under each listed ISA, so on a CPU without AVX-512 the AVX3 kernels are
+// built but not run; the test prints that, for the CI log.
+TEST(Isa, ListsEveryX86TargetThisCpuRuns) {
 #if defined(__x86_64__)
-  // The CI machine (Zen 4) must run every target this build is meant to test.
+  __builtin_cpu_init();
+  const bool avx3 =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                    __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
+  const bool sse4 = __builtin_cpu_supports("sse4.2") &&
+                    __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("aes");
   const std::vector<std::string> isas = Isas();
-  for (const char* want : {"AVX3", "AVX2", "SSE4", "SSSE3"}) {
-    EXPECT_NE(std::find(isas.begin(), isas.end(), want), isas.end()) << want;
-  }
+  const auto listed = [&](const char* isa) {
+    return std::find(isas.begin(), isas.end(), isa) != isas.end();
+  };
+  EXPECT_EQ(listed("AVX3"), avx3);
+  EXPECT_EQ(listed("AVX2"), avx2);
+  EXPECT_EQ(listed("SSE4"), sse4);
+  EXPECT_TRUE(listed("SSSE3"));
   EXPECT_TRUE(isas.back() == "SCALAR" || isas.back() == "EMU128") << isas.back();
+  if (!avx3) {
+    std::printf("NOTE: this CPU has no AVX-512: the AVX3 kernels are built, not run\n");
+  }
 #endif
 }
 

@@ -203,8 +203,8 @@ TEST_P(Half, SpansOfEveryLength) {
 
 NK_INSTANTIATE_FOR_EACH_ISA(Half);
 
-// Under AVX3, bf16 is rounded by vcvtneps2bf16 where the CPU has AVX512-BF16 (the CI
-// machine, Zen 4, does) and by integer arithmetic elsewhere or with NK_AVX512BF16=0:
+// Under AVX3, bf16 is rounded by vcvtneps2bf16 where the CPU has AVX512-BF16 (Zen 4,
+// Sapphire Rapids) and by integer arithmetic elsewhere or with NK_AVX512BF16=0:
 // ctest runs the half tests under AVX3 both ways (tests/CMakeLists.txt). The library's
 // CPUID check must agree with the compiler's.
 TEST(HalfCpu, Avx512Bf16AsTheCompilerDetectsIt) {
