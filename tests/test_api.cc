@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "cpu_features.h"
 #include "rownorm_case.h"
 #include "test_util.h"
 
@@ -79,9 +80,7 @@ TEST(Isa, ListIsBestFirstAndSettable) {
 TEST(Isa, ListsEveryX86TargetThisCpuRuns) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  const bool avx3 =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw");
+  const bool avx3 = CpuRunsAvx3();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
                     __builtin_cpu_supports("bmi") && __builtin_cpu_supports("bmi2");
   const bool sse4 = __builtin_cpu_supports("sse4.2") &&

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cpu_features.h"
 #include "normkernels.h"
 
 int main(int argc, char** argv) {
@@ -23,10 +24,7 @@ int main(int argc, char** argv) {
   int want_lines = atoi(argv[3]);
   const char* lacks = NULL;
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (strcmp(argv[1], "AVX3") == 0 &&
-      !(__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512bw"))) {
+  if (strcmp(argv[1], "AVX3") == 0 && !CpuRunsAvx3()) {
     want_isa = best;
     want_lines = 1;
     lacks = "this CPU does not support";
