@@ -16,11 +16,13 @@
 # per-ISA test of every test binary runs for its best ISA (under max also SVE and NEON
 # are there; they run on a64fx and cortex-a72 instead). The thread-count tests (the same
 # partition code on every target, most of a model's time under qemu: a64fx 5.5 -> 2
-# minutes without them) run under max and cortex-a72 only. Not under emulation: the
-# 32 MiB streaming tests (their long-double references take minutes each under qemu,
-# where long double is software quad precision); they run on x86 in every ISA. Here
-# the models' runs stream from 256 KiB of tensors on (NK_STREAM_BYTES), so the tests'
-# larger tensors take the streamed paths on every Arm target and vector length.
+# minutes without them) run under max only; x86 runs them on every target, its 128-bit
+# SSSE3 / SSE4 through NEON's code (arrays of vectors, groups of rows). Not under
+# emulation: the 32 MiB streaming tests (their long-double references take minutes each
+# under qemu, where long double is software quad precision); they run on x86 in every
+# ISA. Here the models' runs stream from 256 KiB of tensors on (NK_STREAM_BYTES), so
+# the tests' larger tensors take the streamed paths on every Arm target and vector
+# length.
 # BUILD_DIR: the build tree (default build-arm). Arguments: ctest's, for the max run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,7 +41,7 @@ echo "libnormkernels.so (aarch64) exports $(aarch64-linux-gnu-nm -D --defined-on
   "$build/libnormkernels.so" | grep -c ' nk_') functions, all nk_*"
 
 not_emulated='LargeTensorsStream'
-echo "== qemu max: the whole suite, ISA tests for SVE2"
+echo "== qemu max: the whole suite, ISA tests for SVE2 ($((SECONDS / 60)) min in)"
 NK_TEST_EXPECT_ISAS=SVE2,SVE,NEON ctest --test-dir "$build" --output-on-failure \
   -j"$(nproc)" -E "$not_emulated|/(SVE|NEON)  #" "$@"
 echo "== the benchmark, as a smoke test (--nk_verify: each case's output checked once)"
@@ -49,7 +51,7 @@ qemu-aarch64 "$build/bench/bench_normkernels" --nk_verify | tail -n 1
 # model, but those matching SKIP (gtest patterns, ':' between them).
 run_isa() {
   local cpu=$1 isa=$2 expected=$3 skip=${4:+:$4} failed=0 t ran out
-  echo "== qemu $cpu: $isa"
+  echo "== qemu $cpu: $isa ($((SECONDS / 60)) min in)"
   out=$(QEMU_CPU=$cpu NK_TEST_EXPECT_ISAS=$expected qemu-aarch64 "$build/tests/test_api" \
     --gtest_brief=1 --gtest_filter='Isa.TheEmulatedCpuRunsTheExpectedIsas' 2>&1) ||
     { echo "$out"; echo "qemu $cpu does not run $expected"; exit 1; }
@@ -68,7 +70,7 @@ run_isa() {
   rm -f "$build"/tests/*."$isa".log
 }
 threads='*ThreadCount*:*AcrossThreads*'
-run_isa cortex-a72 NEON NEON
+run_isa cortex-a72 NEON NEON "$threads"
 run_isa a64fx SVE SVE,NEON "$threads"
 run_isa max,sve-max-vq=2 SVE_256 SVE_256,SVE2,SVE,NEON "$threads"
 run_isa max,sve-max-vq=1 SVE2_128 SVE2_128,SVE2,SVE,NEON "$threads"
