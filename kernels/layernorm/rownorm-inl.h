@@ -340,7 +340,8 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
     // page, as large allocations do; a load issued after a store whose address matches
     // in those 12 bits waits for it (4K aliasing), and behind streamed stores it waits
     // long. LayerNorm 16384x1024 streamed, AVX2, 1 thread, Zen 3, stored a row at a
-    // time: 35-39 ms with y at x's page offset, 10-11 ms with y 1-2 KiB further on.
+    // time: 31-39 ms with y at x's page offset, 10-12 ms with y 1-3 KiB further on;
+    // this order: 17-19 ms and 12-14 ms (docs/performance.md).
     V v[kGroupRows];
     HWY_UNROLL(4)
     for (size_t k = 0; k < kGroupRows; ++k) v[k] = rows[k].Load(d, i);
