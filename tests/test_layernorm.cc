@@ -4,7 +4,9 @@
 // and ill-conditioned rows, thread-count independence, and the seed document's example.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "reference.h"
@@ -255,6 +257,67 @@ TEST_P(LayerNormTest, MisalignedParamsGiveTheSameBits) {
                      " which=" + std::to_string(which));
         ASSERT_EQ(std::memcmp(y.data(), y_off.data(), n * sizeof(float)), 0);
         ASSERT_EQ(std::memcmp(rstd.data(), rstd_off.data(), rows * sizeof(float)), 0);
+      }
+    }
+  }
+}
+
+// gamma / beta at the page offset of rows whose stride is whole pages (so in the L1
+// sets of every row) are copied away from them for calls with many rows: the same bits
+// as gamma / beta elsewhere, at a line's start and at NumPy's 16 bytes.
+TEST_P(LayerNormTest, ParamsInTheRowsCacheSetsGiveTheSameBits) {
+  constexpr size_t kPageFloats = 4096 / sizeof(float);
+  for (Op op : kAllOps) {
+    for (size_t cols : {1024, 2048}) {
+      for (size_t off : {0, 4}) {
+        const size_t rows = 19, n = rows * cols;
+        const bool fused = Fused(op);
+        // x, residual, sum, y, gamma, beta one after another from a page (+ off), each
+        // a multiple of a page long: every one at the same page offset.
+        Buffer arena(4 * n + 2 * cols + 2 * kPageFloats);
+        const size_t lead = (kPageFloats - reinterpret_cast<uintptr_t>(arena.data()) %
+                                               4096 / sizeof(float)) %
+                            kPageFloats;
+        float* x = arena.data() + lead + off;
+        float* res = x + n;
+        float* sum = res + n;
+        float* y = sum + n;
+        float* gamma = y + n;
+        float* beta = gamma + cols;
+        Buffer xb(n), resb(n), gb(cols), bb(cols);
+        FillNormal(xb, Seed(cols), 3.0f, 2.0f);
+        FillNormal(resb, Seed(cols + 1), 0.0f, 0.5f);
+        FillNormal(gb, Seed(cols + 2), 1.0f, 0.25f);
+        FillNormal(bb, Seed(cols + 3), 0.0f, 0.5f);
+        for (int which = 0; which < 3; ++which) {  // both, gamma only, beta only
+          const bool has_gamma = which != 2, has_beta = which != 1;
+          std::copy(xb.data(), xb.data() + n, x);
+          std::copy(resb.data(), resb.data() + n, res);
+          std::copy(gb.data(), gb.data() + cols, gamma);
+          std::copy(bb.data(), bb.data() + cols, beta);
+          Buffer want(n), want_sum(n), want_mean(rows), want_rstd(rows), mean(rows),
+              rstd(rows);
+          ASSERT_EQ(
+              CallOp(op, rows, cols, xb.data(), fused ? resb.data() : nullptr,
+                     has_gamma ? gb.data() : nullptr, has_beta ? bb.data() : nullptr,
+                     1e-5f, fused ? want_sum.data() : nullptr, want.data(),
+                     want_mean.data(), want_rstd.data()),
+              NK_OK);
+          ASSERT_EQ(CallOp(op, rows, cols, x, fused ? res : nullptr,
+                           has_gamma ? gamma : nullptr, has_beta ? beta : nullptr, 1e-5f,
+                           fused ? sum : nullptr, y, mean.data(), rstd.data()),
+                    NK_OK);
+          SCOPED_TRACE(std::string(OpName(op)) + " cols=" + std::to_string(cols) +
+                       " off=" + std::to_string(off) + " which=" + std::to_string(which));
+          ASSERT_EQ(std::memcmp(want.data(), y, n * sizeof(float)), 0);
+          if (fused) {
+            ASSERT_EQ(std::memcmp(want_sum.data(), sum, n * sizeof(float)), 0);
+          }
+          ASSERT_EQ(std::memcmp(want_rstd.data(), rstd.data(), rows * sizeof(float)), 0);
+          // gamma / beta are read, not written.
+          ASSERT_EQ(std::memcmp(gb.data(), gamma, cols * sizeof(float)), 0);
+          ASSERT_EQ(std::memcmp(bb.data(), beta, cols * sizeof(float)), 0);
+        }
       }
     }
   }
