@@ -9,6 +9,7 @@
 #include <new>
 #include <vector>
 
+#include "kernels/common/cache_sets.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/errors.h"
 #include "kernels/common/moments.h"
@@ -117,28 +118,18 @@ bool Misplaced(const float* p, uintptr_t offset) {
   return p != nullptr && LineOffset(p) != offset;
 }
 
-// Addresses this far apart share an L1 set (x86 cores: 64 sets of 64-byte lines, 8 or
-// 12 ways), and rows whose stride is whole pages share one set per column. Where x and
-// y lie at one page offset (rows of 1024 floats from malloc, NumPy or PyTorch), a
+// Rows whose stride is a multiple of kSetStride share an L1 set at each column. Where x
+// and y lie at one page offset (rows of 1024 floats from malloc, NumPy or PyTorch), a
 // group's four rows of x and four of y fill the eight ways of Zen 3 / 4's L1 at each
 // column; gamma and beta there too make ten lines for eight ways, and the group's x is
 // evicted before its next vector is read. Normalized in the cache, gamma / beta are
 // copied to the page offset farthest from the rows'. LayerNorm 1024x1024, AVX2, 1
 // thread, Zen 3, the benchmark in two alternating rounds: +0 304-305 -> 266-274 us, +16
 // 328-331 -> 297-301 us (oneDNN 247-257 and 290-301).
-constexpr uintptr_t kSetStride = 4096;
+//
 // Nearer to a tensor's offset than this, gamma / beta are taken to share its sets (its
 // lines and those asked for ahead of them).
 constexpr uintptr_t kNearBytes = 512;
-
-uintptr_t PageOffset(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % kSetStride;
-}
-
-uintptr_t PageDistance(uintptr_t a, uintptr_t b) {
-  const uintptr_t d = (a - b) % kSetStride;
-  return std::min(d, kSetStride - d);
-}
 
 // The page offsets of the tensors whose rows all share sets as gamma's columns do (fp32
 // rows: a vector of them spans the bytes of a vector of gamma).

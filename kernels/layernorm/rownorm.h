@@ -37,6 +37,10 @@ struct RowNormJobT {
 };
 using RowNormJob = RowNormJobT<float>;
 
+// Rows the backward's dx pass takes together (gamma, dgamma and dbeta are loaded and
+// stored once for all of them), where RowGradJobT::group_rows says.
+constexpr size_t kGradGroupRows = 4;
+
 // One validated backward call on tensors of type T. Row r of x (the fused forms' saved
 // sum) is at x + r * ldx, likewise dy, dsum and dx; dx may be dy or dsum.
 template <class T>
@@ -53,6 +57,7 @@ struct RowGradJobT {
   T* dx;
   size_t ldx, lddy, ldds, lddx;  // row strides (elements)
   bool stream;              // write dx with non-temporal stores
+  bool group_rows;          // dx of kGradGroupRows rows at a time
 };
 using RowGradJob = RowGradJobT<float>;
 

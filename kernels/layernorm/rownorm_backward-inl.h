@@ -156,10 +156,6 @@ HWY_INLINE GradSums RowGradSums(const Row& row, size_t c0, size_t n, size_t ahea
 // The `own` lanes of GradGroup's whole vectors.
 struct AllLanes {};
 
-// Rows taken together in the dx pass: gamma, dgamma and dbeta are loaded and stored
-// once for all of them.
-constexpr size_t kGradGroupRows = 4;
-
 // dx of kRows rows from row r on, over columns [c0, c0 + n), from their whole rows'
 // sums; with kParams, dy * x_hat and dy of each row added in row order to dgamma[0, n)
 // and dbeta[0, n) (started from 0 where `first`). Every element is computed once: dx
@@ -358,7 +354,7 @@ void GradRowsT(const RowGradJobT<T>& job, size_t r0, size_t r1, size_t c0, size_
   };
   bool first = true;
   size_t r = r0;
-  for (; r + kGradGroupRows <= r1; r += kGradGroupRows) {
+  for (; job.group_rows && r + kGradGroupRows <= r1; r += kGradGroupRows) {
     GradSums s[kGradGroupRows];
     sums_of(r, s);
     GradGroup<kCenter, kParams, kDsum, kGradGroupRows>(
