@@ -448,6 +448,17 @@ TEST_P(LayerNormTest, LargeTensorsStream) {
     c.fill = fill_for(1024);
     ASSERT_GE(CheckCase(c), 0);
   }
+  // Streamed groups of short rows, on every ISA (StreamGroups; longer rows go in groups
+  // only where a vector is a line), y at a line and at 16 bytes past one.
+  for (size_t misalign : {0, 4}) {
+    Case c;
+    c.op = misalign == 0 ? Op::kLayerNorm : Op::kAddLayerNorm;
+    c.cols = 512;
+    c.rows = kRows * 1027 / c.cols;
+    c.misalign = misalign;
+    c.fill = fill_for(1027);
+    ASSERT_GE(CheckCase(c), 0);
+  }
   // Rows held in registers with y off a line: streamed as one span where a vector is a
   // line (AVX-512), rows whose statistics are not finite (NaN, huge) skipped in it and
   // finished by the general path; in place too, and the same bits for 1, 2, 3 threads.

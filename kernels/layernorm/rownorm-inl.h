@@ -299,19 +299,35 @@ HWY_INLINE void FinalizeGroup(const Moments (&m)[kGroupRows], float eps,
   }
 }
 
+// Whether streamed rows of `cols` columns go in groups: where a vector spans a cache
+// line (AVX3's fp32), or the rows are short. With narrower vectors, groups stream a
+// line of each row at a time, and for rows of 768 columns and more rows one at a time
+// were faster: LayerNorm, 1 thread, Zen 3, fastest of 5 in two alternating rounds,
+// groups -> rows one at a time: AVX2 16384x1024 8.3-10.2 -> 5.1-6.3 ms, 4096x4096
+// 9.4-10.0 -> 6.1-6.8, 2048x8192 9.6-10.0 -> 6.7-6.9, 21845x768 6.7-7.3 -> 5.0-5.5
+// (oneDNN 8.6-11 ms); SSE4 16384x1024 at +16 bytes 15.5-16.2 -> 9.1-10.1 ms, 4096x4096
+// 14.4-16.1 -> 8.4-9.7. For 256 columns the groups were faster (AVX2 65536x256 at +16
+// bytes: 7.8-8.0 ms against 9.4-9.8).
+constexpr size_t kShortStreamCols = 512;
+template <class T>
+HWY_INLINE bool StreamGroups(size_t cols) {
+  return kLineElems<T> <= hn::MaxLanes(hn::ScalableTag<float>()) ||
+         cols <= kShortStreamCols;
+}
+
 // y of kGroupRows rows (at y's row stride) from their sources and statistics
 // (scale 1): each gamma / beta vector is loaded once for all of them. The same
 // operations per element as NormalizeSpan, so the same bits.
 //
-// With `stream` (outputs far larger than the cache; every row of y at one offset from a
-// cache line, streamed from where StreamLead says), y is written with non-temporal stores
-// while the next group's rows (up to row next_end) of x (and residual) are asked for, a
-// line of each row per column: memory reads the next group while this one is written, as
-// in a copy, and the next group's statistics find it in the cache. LayerNorm of 64 MiB,
-// 768-8192 columns, 1 thread, in the benchmark: 0.68-0.83x of a copy, where taking the
-// next row's statistics block by block between the stores of this one gave 0.49-0.61x
-// (asking for one line in four: 0.52-0.76x; without the statistics' own read-ahead:
-// 0.40-0.48x).
+// With `stream` (StreamGroups; outputs far larger than the cache; every row of y at one
+// offset from a cache line, streamed from where StreamLead says), y is written with
+// non-temporal stores while the next group's rows (up to row next_end) of x (and
+// residual) are asked for, a line of each row per column: memory reads the next group
+// while this one is written, as in a copy, and the next group's statistics find it in the
+// cache. LayerNorm of 64 MiB, 768-8192 columns, AVX3, 1 thread, Zen 4, benchmark:
+// 0.68-0.83x of a copy, where taking the next row's statistics block by block between the
+// stores of this one gave 0.49-0.61x (asking for one line in four: 0.52-0.76x; without
+// the statistics' own read-ahead: 0.40-0.48x).
 #if !HWY_HAVE_SCALABLE  // arrays of vectors; scalable vectors take rows one by one
 template <bool kCenter, bool kGamma, bool kBeta, class T, class Src>
 HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGroupRows],
@@ -552,16 +568,17 @@ void RowsT(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t r1) {
   };
   const size_t ahead = job.stream ? kReadAheadBytes : kCacheAheadBytes;
   // Groups stream y where every row of it lies at the same offset from a cache line,
-  // streamed from its line boundary on (NormalizeGroup); other streamed rows go one at
-  // a time, each from its own (NormalizeSpan). Rows one at a time were twice as slow
-  // for y at malloc's and NumPy's 16 bytes (LayerNorm, 1 thread: 2048x4096 3.5 ms
-  // against 1.7 ms aligned, 16384x1024 8.2 ms against 4.4 ms).
+  // streamed from its line boundary on (NormalizeGroup), where StreamGroups says;
+  // other streamed rows go one at a time, each from its own
+  // (NormalizeSpan). (AVX3, Zen 4: rows one at a time were twice as slow for y at
+  // malloc's and NumPy's 16 bytes, 1 thread: 2048x4096 3.5 ms against 1.7 ms aligned,
+  // 16384x1024 8.2 ms against 4.4 ms.)
   const uintptr_t y_addr = reinterpret_cast<uintptr_t>(job.y);
   const bool rows_alike = y_addr % sizeof(T) == 0 && cols % kLineElems<T> == 0 &&
                           job.ldy % kLineElems<T> == 0;
   size_t r = r0;
 #if !HWY_HAVE_SCALABLE  // whose vectors arrays cannot hold: rows one at a time there
-  if (cols <= kChunk && (!job.stream || rows_alike)) {  // kGroupRows at a time
+  if (cols <= kChunk && (!job.stream || (rows_alike && StreamGroups<T>(cols)))) {
     for (; r + kGroupRows <= r1; r += kGroupRows) {
       Src src[kGroupRows];
       hn::Vec<decltype(d)> mean[kGroupRows], m2[kGroupRows];
