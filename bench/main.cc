@@ -4,7 +4,7 @@
 // baseline and oneDNN capped at the same ISA in the same run.
 //
 //   bench_normkernels [--full] [--nk_isas=LIST] [--nk_processes] [--nk_json=PATH]
-//                     [--nk_verify] [Google Benchmark flags]
+//                     [--nk_verify[=MIB]] [Google Benchmark flags]
 //
 // oneDNN's ISA is set once per process, so a run is one process per oneDNN ISA:
 // --nk_processes prints their --nk_isas, one line each (this CPU's AVX3, AVX2 and
@@ -17,11 +17,14 @@
 // Benchmark's lines it prints a table of the cases (medians, spreads, ratios), or
 // with --nk_json writes it to PATH for scripts/bench_report.py. --nk_verify runs each
 // case once and checks it wrote exactly the elements its bytes count, instead of
-// timing.
+// timing; --nk_verify=MIB only the cases that move at most MIB MiB per call (under an
+// emulator, where the largest take minutes).
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -81,6 +84,7 @@ int main(int argc, char** argv) {
   Selection s;
   std::string json, isas_arg;
   bool verify = false, processes = false;
+  double verify_bytes = HUGE_VAL;
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--full") == 0) {
@@ -93,6 +97,9 @@ int main(int argc, char** argv) {
       json = argv[i] + 10;
     } else if (std::strcmp(argv[i], "--nk_verify") == 0) {
       verify = true;
+    } else if (std::strncmp(argv[i], "--nk_verify=", 12) == 0) {
+      verify = true;
+      verify_bytes = std::strtod(argv[i] + 12, nullptr) * (1 << 20);
     } else {
       rest.push_back(argv[i]);
     }
@@ -113,7 +120,7 @@ int main(int argc, char** argv) {
   RegisterLayerNormCases(s);
   RegisterBatchNormCases(s);
   RegisterGroupNormCases(s);
-  if (verify) return VerifyCases() == 0 ? 0 : 1;
+  if (verify) return VerifyCases(verify_bytes) == 0 ? 0 : 1;
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 1;

@@ -82,10 +82,10 @@ std::string Register(const std::string& name, const Case& c,
 // "/offset:16/threads:2": the end of the name of a case with these arrays and threads.
 std::string Placement(size_t offset, int threads);
 
-// --nk_verify: runs every case's body once on a NaN-filled output and checks that it
-// wrote exactly its counted elements and nothing just after them. Returns the number
-// of failures.
-int VerifyCases();
+// --nk_verify: runs the body of every case that moves at most max_bytes per call once
+// on a NaN-filled output and checks that it wrote exactly its counted elements and
+// nothing just after them. Returns the number of failures.
+int VerifyCases(double max_bytes);
 
 // The copy baseline for `bytes` counted bytes (bytes / 2 copied) with `threads`, its
 // buffers at `offset`: registered once; returns the name suffix its two variants share.
