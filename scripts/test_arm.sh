@@ -45,8 +45,8 @@ echo "== qemu max: the whole suite, ISA tests for SVE2 ($((SECONDS / 60)) min in
 NK_TEST_EXPECT_ISAS=SVE2,SVE,NEON ctest --test-dir "$build" --output-on-failure \
   -j"$(nproc)" -E "$not_emulated|/(SVE|NEON)  #" "$@"
 # Cases that move up to 64 MiB per call (76 of the 126): those of 64 MiB tensors took
-# most of this step's 4 minutes under qemu, and their streamed paths are the unit
-# tests' (LargeTensorsStream and others).
+# most of this step's 4 minutes under qemu, and the streamed paths they take run in the
+# models' tests below (NK_STREAM_BYTES).
 echo "== the benchmark, as a smoke test (--nk_verify=64: each case's output checked once)"
 qemu-aarch64 "$build/bench/bench_normkernels" --nk_verify=64 | tail -n 1
 
