@@ -99,7 +99,13 @@ int main(int argc, char** argv) {
       verify = true;
     } else if (std::strncmp(argv[i], "--nk_verify=", 12) == 0) {
       verify = true;
-      verify_bytes = std::strtod(argv[i] + 12, nullptr) * (1 << 20);
+      char* end = nullptr;
+      verify_bytes = std::strtod(argv[i] + 12, &end) * (1 << 20);
+      if (end == argv[i] + 12 || *end != '\0' || !(verify_bytes > 0)) {
+        std::fprintf(stderr, "bench_normkernels: %s: MIB must be a positive number\n",
+                     argv[i]);
+        return 2;
+      }
     } else {
       rest.push_back(argv[i]);
     }

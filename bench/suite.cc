@@ -76,7 +76,7 @@ int VerifyCases(double max_bytes) {
   }
   std::printf("verified %d cases (%d larger left out), %d failures\n", checked, larger,
               failures);
-  return failures;
+  return checked == 0 ? 1 : failures;  // a check of nothing is no check
 }
 
 std::string Register(const std::string& name, const Case& c, std::function<bool()> setup,

@@ -84,7 +84,7 @@ std::string Placement(size_t offset, int threads);
 
 // --nk_verify: runs the body of every case that moves at most max_bytes per call once
 // on a NaN-filled output and checks that it wrote exactly its counted elements and
-// nothing just after them. Returns the number of failures.
+// nothing just after them. Returns the number of failures (1 where none was checked).
 int VerifyCases(double max_bytes);
 
 // The copy baseline for `bytes` counted bytes (bytes / 2 copied) with `threads`, its

@@ -178,9 +178,9 @@ void AlignParams(RowNormJobT<T>& job) {
   }
   constexpr size_t kPad = kLine / sizeof(float);
   const size_t stride = (job.cols + kPad - 1) / kPad * kPad;
+  const uintptr_t beta_bytes = stride * sizeof(float);
   uintptr_t page = offset;
   for (uintptr_t g = offset; g < kSetStride; g += kLine) {
-    const uintptr_t beta_bytes = stride * sizeof(float);
     if (SetDistance(rows, n, g, beta_bytes) > SetDistance(rows, n, page, beta_bytes)) {
       page = g;
     }
