@@ -44,16 +44,18 @@ inline long double ValueFromFields(const HalfFormat& fmt, uint16_t h) {
                            static_cast<int>(exponent) - bias - m);
 }
 
-// The values of the patterns 0 .. +Inf, ascending (the tests look up millions).
-inline const std::vector<long double>& Magnitudes(const HalfFormat& fmt) {
+// The values of the patterns 0 .. +Inf, ascending (the tests look up millions), in R:
+// exact in float and double too (a half value has 11 significant bits at most).
+template <class R = long double>
+inline const std::vector<R>& Magnitudes(const HalfFormat& fmt) {
   static const auto table = [](const HalfFormat& f) {
-    std::vector<long double> v(InfBits(f) + 1);
+    std::vector<R> v(InfBits(f) + 1);
     for (uint32_t h = 0; h < v.size(); ++h) {
-      v[h] = ValueFromFields(f, static_cast<uint16_t>(h));
+      v[h] = static_cast<R>(ValueFromFields(f, static_cast<uint16_t>(h)));
     }
     return v;
   };
-  static const std::vector<long double> bf16 = table(kBf16), f16 = table(kF16);
+  static const std::vector<R> bf16 = table(kBf16), f16 = table(kF16);
   return fmt.exponent_bits == kBf16.exponent_bits ? bf16 : f16;
 }
 
@@ -72,20 +74,24 @@ inline long double Value(const HalfFormat& fmt, uint16_t h) {
 
 // The value as fp32 holds it (exactly: both formats are subsets of fp32).
 inline float Widen(const HalfFormat& fmt, uint16_t h) {
-  return static_cast<float>(Value(fmt, h));
+  if (IsNaN(fmt, h)) return std::nanf("");
+  const float a = Magnitudes<float>(fmt)[h & 0x7FFF];
+  return (h >> 15) != 0 ? -a : a;
 }
 
 // Round to nearest, ties to even: the nearer of the two representable neighbours (the
 // even pattern on a tie); beyond the largest finite value by half its step or more,
-// Inf. NaN gives the quiet NaN of its sign.
-inline uint16_t Round(const HalfFormat& fmt, long double v) {
+// Inf. NaN gives the quiet NaN of its sign. Computed in R, which must hold v and the
+// differences below exactly.
+template <class R>
+inline uint16_t RoundIn(const HalfFormat& fmt, R v) {
   const uint16_t sign = std::signbit(v) ? 0x8000 : 0;
   const uint16_t inf = InfBits(fmt);
   if (std::isnan(v)) return sign | inf | QuietBit(fmt);
-  const std::vector<long double>& magnitude = Magnitudes(fmt);
-  const long double a = std::fabs(v);
+  const std::vector<R>& magnitude = Magnitudes<R>(fmt);
+  const R a = std::fabs(v);
   const uint16_t max = inf - 1;
-  const long double top = magnitude[max], step = top - magnitude[max - 1];
+  const R top = magnitude[max], step = top - magnitude[max - 1];
   if (a >= top + step / 2) return sign | inf;
   // The largest pattern whose value is <= a: where 2^e <= a < 2^(e+1), the pattern
   // ((e + bias - 1) << m) + k has the value k * 2^(e - m), k in [2^m, 2^(m+1)) (below
@@ -95,9 +101,17 @@ inline uint16_t Round(const HalfFormat& fmt, long double v) {
   const uint16_t lo = static_cast<uint16_t>(((e + bias - 1) << m) +
                                             static_cast<int>(std::ldexp(a, m - e)));
   if (lo == max) return sign | max;
-  const long double below = a - magnitude[lo], above = magnitude[lo + 1] - a;
+  const R below = a - magnitude[lo], above = magnitude[lo + 1] - a;
   const bool up = above < below || (above == below && (lo & 1) != 0);
   return sign | static_cast<uint16_t>(lo + up);
+}
+inline uint16_t Round(const HalfFormat& fmt, long double v) { return RoundIn(fmt, v); }
+// An fp32 value (the f32 kernels' outputs, the tests' inputs) in double, exactly: it and
+// its two neighbours are multiples of its own ulp below twice its magnitude. Where long
+// double is software quad precision (aarch64; under qemu ~120 ns an operation against
+// ~12 for double) this was most of the half tests' time.
+inline uint16_t Round(const HalfFormat& fmt, float v) {
+  return RoundIn(fmt, static_cast<double>(v));
 }
 
 // design.md, Numerics, half precision: `got` is RNE(want), except where want lies within

@@ -25,26 +25,32 @@ inline RowRef ReferenceRow(bool center, size_t cols, const float* x,
                            const float* beta, float eps) {
   RowRef r;
   std::vector<long double> s(cols);
+  float max_abs = 0;  // exact in fp32: the elements are fp32 values
   for (size_t i = 0; i < cols; ++i) {
-    s[i] = residual ? static_cast<long double>(x[i] + residual[i]) : x[i];
-    r.max_abs = std::fmax(r.max_abs, std::fabs(s[i]));
-    if (std::isnan(s[i])) r.max_abs = NAN;
+    const float si = residual ? x[i] + residual[i] : x[i];
+    s[i] = si;
+    max_abs = std::fmax(max_abs, std::fabs(si));
+    if (std::isnan(si)) max_abs = NAN;
   }
+  r.max_abs = max_abs;
   long double mean = 0;
   if (center) {
     for (size_t i = 0; i < cols; ++i) mean += s[i];
     mean /= cols;
   }
   long double var = 0;
-  for (size_t i = 0; i < cols; ++i) var += (s[i] - mean) * (s[i] - mean);
+  r.xhat.resize(cols);
+  for (size_t i = 0; i < cols; ++i) {
+    r.xhat[i] = s[i] - mean;
+    var += r.xhat[i] * r.xhat[i];
+  }
   var /= cols;
   // The kernels add eps in fp32 to an fp32 variance; the reference does it exactly.
   r.mean = mean;
   r.rstd = 1.0L / std::sqrt(var + static_cast<long double>(eps));
-  r.xhat.resize(cols);
   r.y.resize(cols);
   for (size_t i = 0; i < cols; ++i) {
-    r.xhat[i] = (s[i] - mean) * r.rstd;
+    r.xhat[i] *= r.rstd;
     r.y[i] = r.xhat[i] * (gamma ? gamma[i] : 1.0L) + (beta ? beta[i] : 0.0L);
   }
   return r;
@@ -58,11 +64,16 @@ inline long double Lg(size_t n) {
   return n <= 2 ? 1 : 64 - __builtin_clzll(static_cast<unsigned long long>(n - 1));
 }
 
-// design.md, Numerics: the bound on each output element.
-inline long double BoundY(size_t n, const RowRef& r, size_t i, float gamma,
-                          float beta) {
-  return 4 * kU * Lg(n) * std::fabs(gamma) * (r.max_abs * r.rstd + std::fabs(r.xhat[i])) +
-         3 * kU * (std::fabs(r.y[i]) + std::fabs(beta)) + 1e-30L;
+// design.md, Numerics: the bound on each output element. In double: a bound needs no
+// more digits, and where long double is software quad precision (aarch64, and under
+// qemu ~120 ns an operation against ~12 for double) its arithmetic was most of the
+// checks' time.
+inline double BoundY(size_t n, const RowRef& r, size_t i, float gamma, float beta) {
+  const double u = static_cast<double>(kU);
+  const double mr = static_cast<double>(r.max_abs * r.rstd);
+  return 4 * u * static_cast<double>(Lg(n)) * std::fabs(gamma) *
+             (mr + std::fabs(static_cast<double>(r.xhat[i]))) +
+         3 * u * (std::fabs(static_cast<double>(r.y[i])) + std::fabs(beta)) + 1e-30;
 }
 inline long double BoundMean(size_t n, const RowRef& r) {
   return 4 * kU * Lg(n) * r.max_abs;
@@ -82,11 +93,15 @@ inline long double BoundVar(size_t n, const RowRef& r) {
 // Whether `got` meets `want` within `bound`; a non-finite `want` needs the same
 // class (NaN for NaN, the same infinity for an infinity). In a row holding a NaN or
 // an infinity the bound is meaningless (NaN): a finite `want` is then met exactly.
+// The difference is taken in double: within 1e-16 of want's own, against a bound of at
+// least 3 u |want|.
 inline bool Meets(float got, long double want, long double bound) {
-  if (std::isnan(bound)) bound = 0;
-  if (std::isnan(want)) return std::isnan(got);
-  if (std::isinf(want)) return got == want;
-  return std::isfinite(got) && std::fabs(got - want) <= bound;
+  if (std::isnan(bound))
+    return std::isfinite(want) ? got == want : Meets(got, want, 0.0L);
+  const double w = static_cast<double>(want);
+  if (std::isnan(w)) return std::isnan(got);
+  if (std::isinf(w)) return got == w;
+  return std::isfinite(got) && std::fabs(got - w) <= static_cast<double>(bound);
 }
 
 // The same for a statistic: a mean of a row holding an infinity may come out as NaN
@@ -130,14 +145,16 @@ inline RowGradRef ReferenceRowGrad(bool center, size_t n, const float* x, const 
   const long double m = center ? mean : 0.0L;
   const long double r = rstd;
   std::vector<long double> xhat(n), a(n);
-  long double sum_a = 0, sum_axh = 0, abs_a = 0, abs_axh = 0;
+  long double sum_a = 0, sum_axh = 0;
+  double abs_a = 0, abs_axh = 0;  // for the bounds only: in double, as BoundY
   for (size_t i = 0; i < n; ++i) {
     xhat[i] = (x[i] - m) * r;
     a[i] = (gamma ? gamma[i] : 1.0L) * dy[i];
     sum_a += a[i];
-    sum_axh += a[i] * xhat[i];
-    abs_a += std::fabs(a[i]);
-    abs_axh += std::fabs(a[i] * xhat[i]);
+    const long double axh = a[i] * xhat[i];
+    sum_axh += axh;
+    abs_a += std::fabs(static_cast<double>(a[i]));
+    abs_axh += std::fabs(static_cast<double>(axh));
   }
   const long double mean_a = center ? sum_a / n : 0.0L;
   const long double mean_axh = sum_axh / n;
@@ -145,12 +162,14 @@ inline RowGradRef ReferenceRowGrad(bool center, size_t n, const float* x, const 
   g.dx.resize(n);
   g.dx_bound.resize(n);
   g.dgamma_term.resize(n);
+  const double u = static_cast<double>(kU);
+  const double scale = 8 * u * static_cast<double>(Lg(n)) * std::fabs(rstd);
   for (size_t i = 0; i < n; ++i) {
-    const long double ds = dsum ? dsum[i] : 0.0L;
+    const float ds = dsum ? dsum[i] : 0.0f;
     g.dx[i] = r * (a[i] - mean_a - xhat[i] * mean_axh) + ds;
-    g.dx_bound[i] = 8 * kU * Lg(n) * std::fabs(r) *
-                        (std::fabs(a[i]) + abs_a / n + std::fabs(xhat[i]) * abs_axh / n) +
-                    kU * std::fabs(ds) + 1e-30L;
+    g.dx_bound[i] = scale * (std::fabs(static_cast<double>(a[i])) + abs_a / n +
+                             std::fabs(static_cast<double>(xhat[i])) * abs_axh / n) +
+                    u * std::fabs(ds) + 1e-30;
     g.dgamma_term[i] = dy[i] * xhat[i];
   }
   return g;
