@@ -80,6 +80,54 @@ TEST_P(LayerNormTest, OptionalGammaBetaAndStatistics) {
   }
 }
 
+// An absent gamma is ones and an absent beta adds nothing: the same bits as passing
+// ones and -0.0, signed zeros included (a constant row's x_hat is +0, and with no beta
+// y takes gamma's sign, as x_hat * weight does in PyTorch). Short rows, groups, long
+// rows.
+TEST_P(LayerNormTest, AbsentGammaBetaAreOnesAndNegativeZero) {
+  for (Op op : kAllOps) {
+    for (size_t cols : {5, 64, 256, 300, 1024, 20000}) {
+      const size_t rows = 6, n = rows * cols;
+      Buffer x(n), res(n), gamma(cols), beta(cols), ones(cols), zeros(cols);
+      FillNormal(x, Seed(cols));
+      FillNormal(res, Seed(cols + 1));
+      FillNormal(gamma, Seed(cols + 2));
+      FillNormal(beta, Seed(cols + 3));
+      ones.Fill(1.0f);
+      zeros.Fill(-0.0f);
+      for (size_t i = 0; i < cols; ++i) {
+        x[i] = 2.5f;  // row 0 constant: x_hat is +0
+        res[i] = 0.0f;
+        x[cols + i] = i % 3 == 0 ? 0.0f : x[cols + i];  // row 1: zeros for RMSNorm
+        res[cols + i] = 0.0f;
+      }
+      const auto run = [&](const float* g, const float* b) {
+        Buffer y(n), sum(n), mean(rows), rstd(rows);
+        EXPECT_EQ(CallOp(op, rows, cols, x.data(), Fused(op) ? res.data() : nullptr, g, b,
+                         1e-5f, Fused(op) ? sum.data() : nullptr, y.data(), mean.data(),
+                         rstd.data()),
+                  NK_OK);
+        return std::vector<float>(y.data(), y.data() + n);
+      };
+      SCOPED_TRACE(std::string(OpName(op)) + " cols " + std::to_string(cols));
+      const bool center = Centered(op);
+      const std::vector<float> with_gamma = run(gamma.data(), nullptr);
+      EXPECT_TRUE(SameBits(run(nullptr, nullptr),
+                           run(ones.data(), center ? zeros.data() : nullptr)));
+      EXPECT_TRUE(
+          SameBits(with_gamma, run(gamma.data(), center ? zeros.data() : nullptr)));
+      if (center)
+        EXPECT_TRUE(SameBits(run(nullptr, beta.data()), run(ones.data(), beta.data())));
+      for (size_t i = 0; i < cols; ++i) {  // the zeros of x_hat: row 0, or row 1's
+        const size_t at = center ? i : cols + i;
+        if (!center && i % 3 != 0) continue;
+        ASSERT_EQ(with_gamma[at], 0.0f) << "col " << i;
+        ASSERT_EQ(std::signbit(with_gamma[at]), std::signbit(gamma[i])) << "col " << i;
+      }
+    }
+  }
+}
+
 TEST_P(LayerNormTest, Misaligned) {
   for (Op op : kAllOps) {
     for (size_t misalign : {0, 1, 2, 3, 5, 7, 15}) {

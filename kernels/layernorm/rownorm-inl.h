@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // rownorm-inl.h: the LayerNorm family's row path, per target: sum store, statistics
-// and normalization of a row or a chunk of one. LayerNorm / RMSNorm (kCenter) and the
-// presence of gamma / beta are template parameters, chosen once per call.
+// and normalization of a row or a chunk of one. LayerNorm / RMSNorm (kCenter) is a
+// template parameter, chosen once per call.
 #if defined(NK_KERNELS_ROWNORM_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef NK_KERNELS_ROWNORM_INL_H_
 #undef NK_KERNELS_ROWNORM_INL_H_
@@ -25,22 +25,13 @@ namespace nk {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// Calls fn(center, gamma, beta) with std::integral_constant<bool> arguments for
-// the job's variant: one branch per call, none in the loops.
+// Calls fn(center) with a std::integral_constant<bool> for LayerNorm / RMSNorm: one
+// branch per call, none in the loops. gamma (and LayerNorm's beta) are always applied:
+// the op layer stands ones and -0.0 in for absent ones (layernorm.cc).
 template <class Job, class Fn>
 HWY_INLINE void VisitVariant(const Job& job, const Fn& fn) {
-  using T = std::true_type;
-  using F = std::false_type;
-  if (!job.center) {
-    if (job.gamma) return fn(F(), T(), F());
-    return fn(F(), F(), F());
-  }
-  if (job.gamma) {
-    if (job.beta) return fn(T(), T(), T());
-    return fn(T(), T(), F());
-  }
-  if (job.beta) return fn(T(), F(), T());
-  return fn(T(), F(), F());
+  if (job.center) return fn(std::true_type());
+  return fn(std::false_type());
 }
 
 // Calls fn(src) with the source that row `row` is normalized from, once the fused
@@ -112,20 +103,16 @@ Moments ChunkMomentsT(const RowNormJobT<T>& job, size_t row, size_t c0, size_t n
   return m;
 }
 
-// ((v - mean) * rstd) * gamma + beta for a loaded v, gamma, beta (RMSNorm: no mean;
-// an absent gamma / beta is not read).
-template <bool kCenter, bool kGamma, bool kBeta, class V>
+// ((v - mean) * rstd) * gamma + beta for a loaded v, gamma, beta (RMSNorm: no mean, no
+// beta; beta is not read).
+template <bool kCenter, class V>
 HWY_INLINE V Affine(V v, V mean, V rstd, V gamma, V beta) {
-  if (kCenter) v = hn::Sub(v, mean);
-  v = hn::Mul(v, rstd);
-  if (kGamma && kBeta) return hn::MulAdd(v, gamma, beta);
-  if (kGamma) return hn::Mul(v, gamma);
-  if (kBeta) return hn::Add(v, beta);
-  return v;
+  if (kCenter) return hn::MulAdd(hn::Mul(hn::Sub(v, mean), rstd), gamma, beta);
+  return hn::Mul(hn::Mul(v, rstd), gamma);
 }
 
 // The normalized value of element i of src.
-template <bool kCenter, bool kGamma, bool kBeta, class Src>
+template <bool kCenter, class Src>
 struct Normalized {
   const Src& src;
   const float* HWY_RESTRICT gamma;
@@ -133,22 +120,21 @@ struct Normalized {
   float mean, rstd;
   template <class D>
   HWY_INLINE hn::Vec<D> operator()(D d, size_t i) const {
-    const hn::Vec<D> g = kGamma ? hn::LoadU(d, gamma + i) : hn::Zero(d);
-    const hn::Vec<D> b = kBeta ? hn::LoadU(d, beta + i) : hn::Zero(d);
-    return Affine<kCenter, kGamma, kBeta>(src.Load(d, i), hn::Set(d, mean),
-                                          hn::Set(d, rstd), g, b);
+    const hn::Vec<D> b = kCenter ? hn::LoadU(d, beta + i) : hn::Zero(d);
+    return Affine<kCenter>(src.Load(d, i), hn::Set(d, mean), hn::Set(d, rstd),
+                           hn::LoadU(d, gamma + i), b);
   }
 };
 
 // y = Normalized over [c0, c0 + n). With `stream` (outputs far larger than the
 // cache), y is written with non-temporal stores while `prefetch` (the next row's x, or
 // NULL) is fetched, so that reads from memory go on during the writes, as in a copy.
-template <bool kCenter, bool kGamma, bool kBeta, class Src, class T>
+template <bool kCenter, class Src, class T>
 HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
                               const float* HWY_RESTRICT beta, float mean, float rstd,
                               bool stream, bool align_y, size_t c0, size_t n, T* y,
                               const T* prefetch = nullptr) {
-  const Normalized<kCenter, kGamma, kBeta, Src> normalized{src, gamma, beta, mean, rstd};
+  const Normalized<kCenter, Src> normalized{src, gamma, beta, mean, rstd};
   const auto store = [&](auto d, size_t i) HWY_ATTR {
     StoreElems(normalized(d, i), d, y + i);
   };
@@ -204,17 +190,16 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
 
 // Normalizes elements [c0, c0 + n) of a row read through src, with its statistics
 // (rescaling the source on the slow path).
-template <bool kCenter, bool kGamma, bool kBeta, class T, class Src>
+template <bool kCenter, class T, class Src>
 HWY_INLINE void NormalizeRow(const RowNormJobT<T>& job, const Src& src,
                              const SetStats& st, size_t c0, size_t n, T* y,
                              const T* prefetch = nullptr) {
   if (HWY_LIKELY(st.scale == 1.0f)) {
-    NormalizeSpan<kCenter, kGamma, kBeta>(src, job.gamma, job.beta, st.mean, st.rstd,
-                                          job.stream, job.align_y, c0, n, y, prefetch);
+    NormalizeSpan<kCenter>(src, job.gamma, job.beta, st.mean, st.rstd, job.stream,
+                           job.align_y, c0, n, y, prefetch);
   } else {
-    NormalizeSpan<kCenter, kGamma, kBeta>(ScaledSource<Src>{src, st.scale}, job.gamma,
-                                          job.beta, st.mean, st.rstd, job.stream,
-                                          job.align_y, c0, n, y);
+    NormalizeSpan<kCenter>(ScaledSource<Src>{src, st.scale}, job.gamma, job.beta, st.mean,
+                           st.rstd, job.stream, job.align_y, c0, n, y);
   }
 }
 
@@ -329,7 +314,7 @@ HWY_INLINE bool StreamGroups(size_t cols) {
 // stores of this one gave 0.49-0.61x (asking for one line in four: 0.52-0.76x; without
 // the statistics' own read-ahead: 0.40-0.48x).
 #if !HWY_HAVE_SCALABLE  // arrays of vectors; scalable vectors take rows one by one
-template <bool kCenter, bool kGamma, bool kBeta, class T, class Src>
+template <bool kCenter, class T, class Src>
 HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGroupRows],
                                const SetStats (&st)[kGroupRows], size_t r, bool stream,
                                size_t next_end) {
@@ -349,8 +334,8 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
     rstd[k] = hn::Set(d, st[k].rstd);
   }
   const auto vector = [&](const Src(&rows)[kGroupRows], size_t i, auto store) HWY_ATTR {
-    const V g = kGamma ? hn::LoadU(d, gamma + i) : hn::Zero(d);
-    const V b = kBeta ? hn::LoadU(d, beta + i) : hn::Zero(d);
+    const V g = hn::LoadU(d, gamma + i);
+    const V b = kCenter ? hn::LoadU(d, beta + i) : hn::Zero(d);
     // Every row's x before any row's y. Rows of 1024 floats (any multiple of 4 KiB) put
     // x of row k + 1 at y of row k modulo 4 KiB where x and y lie at one offset from a
     // page, as large allocations do; a load issued after a store whose address matches
@@ -363,8 +348,7 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
     for (size_t k = 0; k < kGroupRows; ++k) v[k] = rows[k].Load(d, i);
     HWY_UNROLL(4)
     for (size_t k = 0; k < kGroupRows; ++k) {
-      store(Affine<kCenter, kGamma, kBeta>(v[k], mean[k], rstd[k], g, b), k,
-            y + k * ldy + i);
+      store(Affine<kCenter>(v[k], mean[k], rstd[k], g, b), k, y + k * ldy + i);
     }
   };
   if (stream) {
@@ -376,8 +360,7 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
     const size_t lines_end = lead + (cols - lead) / unit * unit;
     const auto ends = [&](size_t begin, size_t end) HWY_ATTR {
       for (size_t k = 0; k < kGroupRows; ++k) {
-        const Normalized<kCenter, kGamma, kBeta, Src> value{src[k], gamma, beta,
-                                                            st[k].mean, st[k].rstd};
+        const Normalized<kCenter, Src> value{src[k], gamma, beta, st[k].mean, st[k].rstd};
         StoreWithin(d, value, begin, end, y + k * ldy);
       }
     };
@@ -401,8 +384,8 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
       for (; i + kLineVecs * N <= lines_end; i += kLineVecs * N) {
         V g[kLineVecs], b[kLineVecs];
         for (size_t j = 0; j < kLineVecs; ++j) {
-          g[j] = kGamma ? hn::LoadU(d, gamma + i + j * N) : hn::Zero(d);
-          b[j] = kBeta ? hn::LoadU(d, beta + i + j * N) : hn::Zero(d);
+          g[j] = hn::LoadU(d, gamma + i + j * N);
+          b[j] = kCenter ? hn::LoadU(d, beta + i + j * N) : hn::Zero(d);
         }
         V v[kGroupRows][kLineVecs];  // every row's x before any row's y, as above
         HWY_UNROLL(4)
@@ -414,9 +397,8 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
         for (size_t k = 0; k < kGroupRows; ++k) {
           HWY_UNROLL(4)
           for (size_t j = 0; j < kLineVecs; ++j) {
-            StreamElems(
-                Affine<kCenter, kGamma, kBeta>(v[k][j], mean[k], rstd[k], g[j], b[j]), d,
-                y + k * ldy + i + j * N);
+            StreamElems(Affine<kCenter>(v[k][j], mean[k], rstd[k], g[j], b[j]), d,
+                        y + k * ldy + i + j * N);
           }
         }
       }
@@ -484,19 +466,18 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
     return;
   }
   for (size_t k = 0; k < kGroupRows; ++k) {
-    const Normalized<kCenter, kGamma, kBeta, Src> value{src[k], gamma, beta, st[k].mean,
-                                                        st[k].rstd};
+    const Normalized<kCenter, Src> value{src[k], gamma, beta, st[k].mean, st[k].rstd};
     const hn::CappedTag<float, 1> d1;
     for (size_t t = i; t < cols; ++t) StoreElems(value(d1, t), d1, y + k * ldy + t);
   }
 }
 #endif
 
-template <bool kCenter, bool kGamma, bool kBeta, class T>
+template <bool kCenter, class T>
 void ApplyT(const RowNormJobT<T>& job, size_t row, size_t c0, size_t n,
             const SetStats& st) {
   WithRowSource(job, row, [&](const auto& src) HWY_ATTR {
-    NormalizeRow<kCenter, kGamma, kBeta>(job, src, st, c0, n, job.y + row * job.ldy);
+    NormalizeRow<kCenter>(job, src, st, c0, n, job.y + row * job.ldy);
   });
 }
 
@@ -557,7 +538,7 @@ HWY_INLINE SetStats ShortRowStatistics(const RowNormJobT<T>& job, const Src& src
 }
 
 // Rows [r0, r1); src reads row 0 (after the fused forms' sum store).
-template <bool kCenter, bool kGamma, bool kBeta, class T, class Src>
+template <bool kCenter, class T, class Src>
 void RowsT(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t r1) {
   const hn::ScalableTag<float> d;
   const size_t cols = job.cols;
@@ -611,13 +592,12 @@ void RowsT(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t r1) {
         scaled |= st[k].scale != 1.0f;
       }
       if (HWY_LIKELY(!scaled)) {
-        NormalizeGroup<kCenter, kGamma, kBeta>(job, src, st, r, job.stream,
-                                               HWY_MIN(r + 2 * kGroupRows, r1));
+        NormalizeGroup<kCenter>(job, src, st, r, job.stream,
+                                HWY_MIN(r + 2 * kGroupRows, r1));
         continue;
       }
       for (size_t k = 0; k < kGroupRows; ++k) {
-        NormalizeRow<kCenter, kGamma, kBeta>(job, src[k], st[k], 0, cols,
-                                             job.y + (r + k) * job.ldy);
+        NormalizeRow<kCenter>(job, src[k], st[k], 0, cols, job.y + (r + k) * job.ldy);
       }
     }
   }
@@ -640,8 +620,8 @@ void RowsT(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t r1) {
       st = RowStatistics(cols, job.eps, first, moments,
                          [&](size_t c0, size_t n) { return RowMaxAbs(job, r, c0, n); });
     }
-    NormalizeRow<kCenter, kGamma, kBeta>(job, src, st, 0, cols, job.y + r * job.ldy,
-                                         r + 1 < r1 ? job.x + (r + 1) * job.ldx : nullptr);
+    NormalizeRow<kCenter>(job, src, st, 0, cols, job.y + r * job.ldy,
+                          r + 1 < r1 ? job.x + (r + 1) * job.ldx : nullptr);
     store_stats(r, st);
   }
 }
@@ -657,9 +637,8 @@ Moments RowChunkMoments(const RowNormJobT<T>& job, size_t row, size_t c0, size_t
 template <class T>
 void RowApply(const RowNormJobT<T>& job, size_t row, size_t c0, size_t n,
               const SetStats& st) {
-  VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
-    ApplyT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
-        job, row, c0, n, st);
+  VisitVariant(job, [&](auto center) HWY_ATTR {
+    ApplyT<decltype(center)::value>(job, row, c0, n, st);
   });
   if (job.stream) hwy::FlushStream();
 }
@@ -669,10 +648,9 @@ void Rows(const RowNormJobT<T>& job, size_t r0, size_t r1) {
   const bool short_rows = job.center ? NormalizeShortRows<true>(job, r0, r1)
                                      : NormalizeShortRows<false>(job, r0, r1);
   if (!short_rows) {
-    VisitVariant(job, [&](auto center, auto gamma, auto beta) HWY_ATTR {
+    VisitVariant(job, [&](auto center) HWY_ATTR {
       WithRowSource(job, 0, [&](const auto& src) HWY_ATTR {
-        RowsT<decltype(center)::value, decltype(gamma)::value, decltype(beta)::value>(
-            job, src, r0, r1);
+        RowsT<decltype(center)::value>(job, src, r0, r1);
       });
     });
   }

@@ -23,8 +23,8 @@ struct RowNormJobT {
   size_t rows, cols;
   const T* x;
   const T* residual;        // fused add: s = x + residual (rounded to T) is normalized
-  const float* gamma;       // [cols]
-  const float* beta;        // [cols], LayerNorm only
+  const float* gamma;       // [cols]; the kernels get ones where the caller gave none
+  const float* beta;        // [cols], LayerNorm only; the kernels get -0.0 for none
   float eps;
   T* sum;                   // receives s in the fused forms
   T* y;

@@ -32,19 +32,18 @@ namespace hn = hwy::HWY_NAMESPACE;
 // have a size, so arrays of them live in registers).
 constexpr size_t kMaxShortVectors = HWY_HAVE_SCALABLE ? 0 : 16;
 
-// Stand-ins for an absent gamma / beta: short rows always apply both (an exact
-// multiply by 1 and add of 0), which keeps the number of compiled variants small.
-HWY_ALIGN constexpr float kOnes[256] = {
-#define NK_ONE4 1.0f, 1.0f, 1.0f, 1.0f
-#define NK_ONE16 NK_ONE4, NK_ONE4, NK_ONE4, NK_ONE4
-#define NK_ONE64 NK_ONE16, NK_ONE16, NK_ONE16, NK_ONE16
-    NK_ONE64, NK_ONE64, NK_ONE64, NK_ONE64};
-#undef NK_ONE64
-#undef NK_ONE16
-#undef NK_ONE4
-HWY_ALIGN constexpr float kZeros[256] = {};
+// RMSNorm's beta: short rows apply one (an add of -0.0, which keeps every value, -0
+// included), which keeps the number of compiled variants small. (An absent gamma or
+// LayerNorm beta has its stand-in from the op layer: layernorm.cc.)
+#define NK_NZ4 -0.0f, -0.0f, -0.0f, -0.0f
+#define NK_NZ16 NK_NZ4, NK_NZ4, NK_NZ4, NK_NZ4
+#define NK_NZ64 NK_NZ16, NK_NZ16, NK_NZ16, NK_NZ16
+HWY_ALIGN constexpr float kNegativeZeros[256] = {NK_NZ64, NK_NZ64, NK_NZ64, NK_NZ64};
+#undef NK_NZ64
+#undef NK_NZ16
+#undef NK_NZ4
 static_assert(kMaxShortVectors * hn::MaxLanes(hn::ScalableTag<float>()) <= 256,
-              "kOnes / kZeros must cover the longest short row");
+              "kNegativeZeros must cover the longest short row");
 
 // The sum of t[0] .. t[n - 1] (n a power of two) as a pairwise tree; overwrites t.
 template <size_t n, class V>
@@ -227,8 +226,8 @@ HWY_INLINE uint32_t ShortRows(const RowNormJobT<T>& job, const Src& src0, size_t
     if (job.mean != nullptr) job.mean[r + i] = mean_i;
     if (job.rstd != nullptr) job.rstd[r + i] = hn::GetLane(rstd[i]);
   }
-  const float* gamma = job.gamma != nullptr ? job.gamma : kOnes;
-  const float* beta = job.beta != nullptr ? job.beta : kZeros;
+  const float* gamma = job.gamma;
+  const float* beta = job.beta != nullptr ? job.beta : kNegativeZeros;
   if (joined != nullptr) {
     StreamNormalized<kVecs, kRows>(d, v, rstd, gamma, beta, *joined, bad);
   } else if (HWY_LIKELY(bad == 0)) {
