@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // shortrow_rmsnorm_f32.cc: the register path for short rows (shortrow-inl.h) of
 // RMSNorm and add + RMSNorm, compiled once per Highway target. The short-row variants
-// are most of the row path's compile time, so they are split into translation units
+// are a third of the row path's compile time, so they are split into translation units
 // that build in parallel.
 #include "kernels/layernorm/rownorm.h"
 
