@@ -61,7 +61,8 @@ nk_status RunRowNormBackward(RowGradJobT<T> job, float* dgamma, float* dbeta) {
   // groups -> rows one at a time: 1024x1024 770-790 -> 470-486 us / 1.5-1.7 -> 0.94-1.03
   // ms (oneDNN 530-570 us / 3.4-3.6 ms); 16384x1024 44.6 -> 16.0-16.8 ms / 148-167 ->
   // 25-29 ms (oneDNN 60-65 ms at SSE4). Rows that do not share sets (768 columns) keep
-  // the groups: SSE4 21845x768 20-21 ms in groups, 24-27 one at a time.
+  // the groups: SSE4 21845x768 20-21 ms in groups, 24-27 one at a time. AVX-512's
+  // line-wide vectors keep the groups anyway (GradRowsT).
   const auto shares = [&](const T* p, size_t ld) {
     return p != nullptr && RowsShareSets(ld * sizeof(T), kGradGroupRows);
   };

@@ -57,7 +57,7 @@ struct RowGradJobT {
   T* dx;
   size_t ldx, lddy, ldds, lddx;  // row strides (elements)
   bool stream;              // write dx with non-temporal stores
-  bool group_rows;          // dx of kGradGroupRows rows at a time
+  bool group_rows;          // dx of kGradGroupRows rows at a time (AVX-512: always)
 };
 using RowGradJob = RowGradJobT<float>;
 
