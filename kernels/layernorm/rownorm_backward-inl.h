@@ -352,12 +352,12 @@ void GradRowsT(const RowGradJobT<T>& job, size_t r0, size_t r1, size_t c0, size_
                                });
     }
   };
-  // Where a vector spans a line (AVX-512), each line of a row is read at once, and
-  // the groups won even for rows sharing L1 sets (RowGradJobT::group_rows): Zen 4, 1
-  // thread, fastest of 21, rows one at a time -> groups: 1024x1024 303 -> 239 us,
-  // 16384x1024 8.8 -> 7.1 ms.
+  // Where a vector spans a line (AVX-512; SVE's width counts at run time), each line of a
+  // row is read at once, and the groups won even for rows sharing L1 sets
+  // (RowGradJobT::group_rows): Zen 4, 1 thread, fastest of 21, rows one at a time ->
+  // groups: 1024x1024 303 -> 239 us, 16384x1024 8.8 -> 7.1 ms.
   const bool groups =
-      job.group_rows || kLineFloats <= hn::MaxLanes(hn::ScalableTag<float>());
+      job.group_rows || kLineFloats <= hn::Lanes(hn::ScalableTag<float>());
   bool first = true;
   size_t r = r0;
   for (; groups && r + kGradGroupRows <= r1; r += kGradGroupRows) {
