@@ -215,7 +215,8 @@ void CheckForward(const Call& c, const std::vector<float>& in,
 
 // Whether the bound is meaningful for set s of the backward: it counts roundings, not
 // overflow or underflow (as fuzz_bngrad's ChannelInRange): every value the kernel
-// forms below FLT_MAX / 16, and those whose error later scales (x_hat, dy * x_hat, the
+// forms below FLT_MAX / 16 (its channels' sums of dy and dy * x_hat too, formed before
+// gamma weights them), and those whose error later scales (x_hat, dy * x_hat, the
 // means, gamma * rstd) 0 or at least 2^-122.
 bool SetInRange(const std::vector<float>& x, const std::vector<float>& dy,
                 const std::vector<float>& g, float mean, float rstd) {
@@ -230,7 +231,7 @@ bool SetInRange(const std::vector<float>& x, const std::vector<float>& dy,
   }
   const size_t m = x.size();
   std::vector<long double> xhat(m);
-  long double sum_a = 0, sum_axh = 0, abs_a = 0, abs_axh = 0;
+  long double sum_a = 0, sum_axh = 0, abs_a = 0, abs_axh = 0, abs_dy = 0, abs_dyxh = 0;
   for (size_t j = 0; j < m; ++j) {
     const long double xc = static_cast<long double>(x[j]) - mean;
     xhat[j] = xc * rstd;
@@ -243,8 +244,11 @@ bool SetInRange(const std::vector<float>& x, const std::vector<float>& dy,
     sum_axh += a * xhat[j];
     abs_a += std::fabs(a);
     abs_axh += std::fabs(a * xhat[j]);
+    abs_dy += std::fabs(static_cast<long double>(dy[j]));
+    abs_dyxh += std::fabs(dy[j] * xhat[j]);
   }
-  if (!small(abs_a) || !small(abs_axh) || !sized(sum_a / m) || !sized(sum_axh / m)) {
+  if (!small(abs_a) || !small(abs_axh) || !small(abs_dy) || !small(abs_dyxh) ||
+      !sized(sum_a / m) || !sized(sum_axh / m)) {
     return false;
   }
   for (size_t j = 0; j < m; ++j) {
