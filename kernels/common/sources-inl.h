@@ -268,6 +268,13 @@ template <class T>
 constexpr size_t kLineElems = kLineBytes / sizeof(T);
 constexpr size_t kLineFloats = kLineElems<float>;
 
+// Whether an fp32 vector spans a cache line (AVX-512; SVE by its width at run time):
+// each line of a row is then read whole at once, which the row paths' choices of row
+// groups depend on.
+HWY_INLINE bool FloatVectorSpansLine() {
+  return hn::Lanes(hn::ScalableTag<float>()) >= kLineFloats;
+}
+
 // The elements of y before its first cache line boundary (0 for y that is not even
 // element-aligned: it is not streamed).
 template <class T>

@@ -298,8 +298,7 @@ HWY_INLINE void FinalizeGroup(const Moments (&m)[kGroupRows], float eps,
 // fp16 1.8-1.9 against 2.8-2.9.
 constexpr size_t kShortStreamCols = 512;
 HWY_INLINE bool StreamGroups(size_t cols) {
-  return kLineFloats <= hn::MaxLanes(hn::ScalableTag<float>()) ||
-         cols <= kShortStreamCols;
+  return FloatVectorSpansLine() || cols <= kShortStreamCols;
 }
 
 // y of kGroupRows rows (at y's row stride) from their sources and statistics

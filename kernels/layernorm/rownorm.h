@@ -57,7 +57,8 @@ struct RowGradJobT {
   T* dx;
   size_t ldx, lddy, ldds, lddx;  // row strides (elements)
   bool stream;              // write dx with non-temporal stores
-  bool group_rows;          // dx of kGradGroupRows rows at a time (AVX-512: always)
+  bool group_rows;          // dx of kGradGroupRows rows at a time (or where a
+                            // vector spans a line: GradRowsT)
 };
 using RowGradJob = RowGradJobT<float>;
 

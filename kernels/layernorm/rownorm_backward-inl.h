@@ -352,12 +352,11 @@ void GradRowsT(const RowGradJobT<T>& job, size_t r0, size_t r1, size_t c0, size_
                                });
     }
   };
-  // Where a vector spans a line (AVX-512; SVE's width counts at run time), each line of a
-  // row is read at once, and the groups won even for rows sharing L1 sets
-  // (RowGradJobT::group_rows): Zen 4, 1 thread, fastest of 21, rows one at a time ->
-  // groups: 1024x1024 303 -> 239 us, 16384x1024 8.8 -> 7.1 ms.
-  const bool groups =
-      job.group_rows || kLineFloats <= hn::Lanes(hn::ScalableTag<float>());
+  // Where a vector spans a line, the groups won even for rows sharing L1 sets
+  // (RowGradJobT::group_rows): AVX3, Zen 4, 1 thread, fastest of 21, rows one at a
+  // time -> groups, +0 / +16 bytes: 1024x1024 303 / 339 -> 236 / 304 us, 16384x1024
+  // 8.8 / 9.2 -> 6.9 / 7.8 ms.
+  const bool groups = job.group_rows || FloatVectorSpansLine();
   bool first = true;
   size_t r = r0;
   for (; groups && r + kGradGroupRows <= r1; r += kGradGroupRows) {
