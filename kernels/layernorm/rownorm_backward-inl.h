@@ -112,12 +112,6 @@ HWY_INLINE GradSums RowGradSums(const Row& row, size_t c0, size_t n, size_t ahea
   PairSumTree<decltype(d)> tree;
   size_t i = c0;
   for (; i + block <= end; i += block) {
-    if (ahead != 0) {
-      for (size_t k = 0; k < block; k += kLineElems<T>) {
-        row.x.Prefetch(i + k, ahead);
-        row.dy.Prefetch(i + k, ahead);
-      }
-    }
     // Two chains: even vectors in sa0 / sb0, odd ones in sa1 / sb1. (Left to the
     // compiler, the step below stayed out of line in some builds, its sums through
     // memory: 1.5x slower.)
@@ -129,6 +123,16 @@ HWY_INLINE GradSums RowGradSums(const Row& row, size_t c0, size_t n, size_t ahea
     };
     HWY_UNROLL(8)
     for (size_t k = 0; k < kBlockVectors; k += 2) {
+      // The lines starting in these two vectors asked for among their loads, not all of
+      // the block's before them (64 MiB, AVX3, 1 thread, calls of both alternating in
+      // one process: 1-4% faster).
+      if (ahead != 0) {
+        for (size_t e = (k * N + kLineElems<T> - 1) / kLineElems<T> * kLineElems<T>;
+             e < (k + 2) * N; e += kLineElems<T>) {
+          row.x.Prefetch(i + e, ahead);
+          row.dy.Prefetch(i + e, ahead);
+        }
+      }
       add(i + k * N, sa0, sb0);
       add(i + (k + 1) * N, sa1, sb1);
     }
