@@ -293,16 +293,56 @@ HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t
     const size_t lines_end = lead + (end - lead) / unit * unit;
     const auto stream = [&](auto dv, auto v, size_t k, size_t i)
                             HWY_ATTR { StreamElems(v, dv, dx[k] + i); };
-    each(c0, lead);
-    for (size_t i = lead; i < lines_end; i += N) {
-      if (i % kLineElems<T> < N) {
-        for (size_t q = r + kRows; q < next_end; ++q) {
-          hwy::Prefetch(job.x + q * job.ldx + i);
-          hwy::Prefetch(job.dy + q * job.lddy + i);
+    const auto lines = [&]() NK_INLINE_LAMBDA {
+      for (size_t i = lead; i < lines_end; i += N) {
+        if (i % kLineElems<T> < N) {
+          for (size_t q = r + kRows; q < next_end; ++q) {
+            hwy::Prefetch(job.x + q * job.ldx + i);
+            hwy::Prefetch(job.dy + q * job.lddy + i);
+          }
         }
+        column(d, i, stream, AllLanes());
       }
-      column(d, i, stream, AllLanes());
+    };
+#ifdef NK_LINE_PAIRS
+    // Whole rows one after another in dx, each a line boundary past its start (malloc's
+    // and NumPy's 16 bytes): row k's last elements and row k + 1's first share a line.
+    // Stored by regular stores, that line was read from memory first; here the group's
+    // rows take it whole, streamed, from one permute of their edge vectors. The group's
+    // first and last lines hold rows of other groups, perhaps other threads': regular
+    // stores there, lane by lane, as masked stores were slower (StoreWithin).
+    if constexpr (std::is_same_v<T, float> && kRows > 1) {
+      if (N == kLineElems<T> && c0 == 0 && n == job.cols && job.lddx == job.cols &&
+          lead != c0) {
+        using V = hn::Vec<decltype(d)>;
+        const size_t head = lead - c0;  // the other elements of its line: tail
+        V first_vec[kRows], last_vec[kRows];
+        const auto hold = [](V* held) {
+          return [held](auto, V v, size_t k, size_t) HWY_ATTR { held[k] = v; };
+        };
+        // Before any store of the rows: dx may be dy or dsum.
+        column(d, c0, hold(first_vec), hn::FirstN(d, head));
+        column(d, end - N, hold(last_vec), hn::Not(hn::FirstN(d, head)));
+        lines();
+        const __m512i idx = _mm512_add_epi32(
+            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+            _mm512_set1_epi32(static_cast<int>(head)));
+        for (size_t k = 0; k + 1 < kRows; ++k) {
+          const V joined{
+              _mm512_permutex2var_ps(last_vec[k].raw, idx, first_vec[k + 1].raw)};
+          hn::Stream(joined, d, dx[k] + lines_end);
+        }
+        HWY_ALIGN float lanes[kLineElems<T>];
+        hn::Store(first_vec[0], d, lanes);
+        for (size_t j = 0; j < head; ++j) dx[0][c0 + j] = lanes[j];
+        hn::Store(last_vec[kRows - 1], d, lanes);
+        for (size_t j = head; j < N; ++j) dx[kRows - 1][end - N + j] = lanes[j];
+        return;
+      }
     }
+#endif
+    each(c0, lead);
+    lines();
     each(lines_end, end);
     return;
   }
