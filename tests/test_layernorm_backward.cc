@@ -164,15 +164,20 @@ TEST_P(LayerNormBackwardTest, SortedRampOfALongRow) {
 
 TEST_P(LayerNormBackwardTest, LargeTensorsStream) {
   // x, dy and dx past 32 MiB together: dx takes non-temporal stores, at a line's
-  // offset and NumPy's 16 bytes past it.
+  // offset and NumPy's 16 bytes past it (where rows share lines), and in place there.
   for (Op op : {Op::kLayerNorm, Op::kAddRmsNorm}) {
+    const GradAlias in_place = Fused(op) ? GradAlias::kDxIsDsum : GradAlias::kDxIsDy;
     for (size_t misalign : {0, 4}) {
-      GradCase c;
-      c.op = op;
-      c.rows = 1024;
-      c.cols = 3072;
-      c.misalign = misalign;
-      CheckGradCase(c);
+      for (GradAlias alias : {GradAlias::kNone, in_place}) {
+        if (misalign == 0 && alias != GradAlias::kNone) continue;
+        GradCase c;
+        c.op = op;
+        c.rows = 1024;
+        c.cols = 3072;
+        c.misalign = misalign;
+        c.alias = alias;
+        CheckGradCase(c);
+      }
     }
   }
 }

@@ -132,6 +132,14 @@ using F32Source = TensorSource<float>;
 // 4 alternating processes, ratio to a copy in each: 768 columns 0.52-0.55 ->
 // 0.61-0.64, 1024 0.50-0.53 -> 0.58-0.63, 4096 0.48-0.49 -> 0.55-0.56; aligned:
 // 0.60-0.63, 0.66-0.67, 0.55-0.56.)
+// Lane indices l + shift: _mm512_permutex2var_ps(lo, ShiftedLanes(shift), hi) is the
+// 16 floats from lane `shift` of lo on, continued into hi.
+HWY_INLINE __m512i ShiftedLanes(size_t shift) {
+  return _mm512_add_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+      _mm512_set1_epi32(static_cast<int>(shift)));
+}
+
 class LinePairSource {
  public:
   // Whether x's elements [c0, c0 + n) are read faster so, and the lines their vectors'
@@ -148,9 +156,7 @@ class LinePairSource {
   explicit LinePairSource(const float* x) : x_(x) {
     const size_t shift = reinterpret_cast<uintptr_t>(x) % 64 / sizeof(float);
     line_ = reinterpret_cast<uintptr_t>(x) - shift * sizeof(float);
-    idx_ = _mm512_add_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,
-                                              13, 14, 15),
-                            _mm512_set1_epi32(static_cast<int>(shift)));
+    idx_ = ShiftedLanes(shift);
   }
   template <class D>
   HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
@@ -310,6 +316,18 @@ HWY_INLINE void StoreWithin(D d, const Value& value, size_t begin, size_t end, T
   });
 }
 
+// p[l - from] = lanes [from, to) of v, one by one: regular stores to lines shared with
+// other writers, beside streamed ones.
+template <class D, class T>
+inline void StoreLanes(D d, hn::Vec<D> v, size_t from, size_t to, T* p) {
+  HWY_ALIGN float lanes[hn::MaxLanes(D())];
+  hn::Store(v, d, lanes);
+  const hn::CappedTag<float, 1> d1;
+  for (size_t l = from; l < to; ++l) {
+    StoreElems(hn::Set(d1, lanes[l]), d1, p + l - from);
+  }
+}
+
 // Streams the values of a contiguous span y[0, n) (n a multiple of N), put in order a
 // vector at a time, where y lies off a vector boundary (malloc's and NumPy's 16 bytes):
 // each aligned non-temporal store joins the last `shift` lanes of one value and the
@@ -399,16 +417,6 @@ class RealignedStream {
       StoreElems(joined, d, p);
     } else {
       StoreLanes(d, joined, from, hn::Lanes(d), p + from);
-    }
-  }
-
-  // p[l - from] = lanes [from, to) of v, one by one (regular stores to shared lines).
-  static void StoreLanes(D d, V v, size_t from, size_t to, T* p) {
-    HWY_ALIGN float lanes[hn::MaxLanes(D())];
-    hn::Store(v, d, lanes);
-    const hn::CappedTag<float, 1> d1;
-    for (size_t l = from; l < to; ++l) {
-      StoreElems(hn::Set(d1, lanes[l]), d1, p + l - from);
     }
   }
 

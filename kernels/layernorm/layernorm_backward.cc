@@ -100,7 +100,7 @@ nk_status RunRowNormBackward(RowGradJobT<T> job, float* dgamma, float* dbeta) {
   // pass's loads and stores of them are aligned where its stores of dx are: at +16
   // bytes each column's four went across two lines. (AVX3, 1 thread, +16 bytes, calls
   // of both builds alternating: 1024x1024 and 16384x1024 1-6% faster.)
-  constexpr size_t kLineFloats = 64 / sizeof(float);
+  constexpr size_t kLineFloats = kSetLine / sizeof(float);
   const uintptr_t dx_addr = reinterpret_cast<uintptr_t>(job.dx);
   const size_t shift = dx_addr % sizeof(T) == 0 ? dx_addr / sizeof(T) % kLineFloats : 0;
   const size_t stride = (parts * cols + kLineFloats - 1) / kLineFloats * kLineFloats;

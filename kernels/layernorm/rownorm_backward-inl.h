@@ -160,6 +160,12 @@ HWY_INLINE GradSums RowGradSums(const Row& row, size_t c0, size_t n, size_t ahea
 // The `own` lanes of GradGroup's whole vectors.
 struct AllLanes {};
 
+// A `put` of GradGroup's columns that keeps row k's vector in held[k].
+template <class V>
+HWY_INLINE auto HoldIn(V* held) {
+  return [held](auto, V v, size_t k, size_t) HWY_ATTR { held[k] = v; };
+}
+
 // dx of kRows rows from row r on, over columns [c0, c0 + n), from their whole rows'
 // sums; with kParams, dy * x_hat and dy of each row added in row order to dgamma[0, n)
 // and dbeta[0, n) (started from 0 where `first`). Every element is computed once: dx
@@ -262,12 +268,9 @@ HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t
       using V = hn::Vec<decltype(d)>;
       V head[kRows], tail[kRows];
       for (size_t k = 0; k < kRows; ++k) head[k] = tail[k] = hn::Zero(d);
-      const auto hold = [](V* held) {
-        return [held](auto, V v, size_t k, size_t) HWY_ATTR { held[k] = v; };
-      };
-      if (h0 != a0) column(d, h0, hold(head), hn::FirstN(d, a0 - h0));
+      if (h0 != a0) column(d, h0, HoldIn(head), hn::FirstN(d, a0 - h0));
       if (t1 != end)
-        column(d, end - N, hold(tail), hn::Not(hn::FirstN(d, N - (end - t1))));
+        column(d, end - N, HoldIn(tail), hn::Not(hn::FirstN(d, N - (end - t1))));
       whole(c0, h0);
       aligned(a0, a1);
       whole(a1, t1);
@@ -317,26 +320,19 @@ HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t
         using V = hn::Vec<decltype(d)>;
         const size_t head = lead - c0;  // the other elements of its line: tail
         V first_vec[kRows], last_vec[kRows];
-        const auto hold = [](V* held) {
-          return [held](auto, V v, size_t k, size_t) HWY_ATTR { held[k] = v; };
-        };
-        // Before any store of the rows: dx may be dy or dsum.
-        column(d, c0, hold(first_vec), hn::FirstN(d, head));
-        column(d, end - N, hold(last_vec), hn::Not(hn::FirstN(d, head)));
+        // Their own lanes lie outside the streamed columns; both before the joined
+        // stores, which write row k + 1's first elements (dx may be dy or dsum).
+        column(d, c0, HoldIn(first_vec), hn::FirstN(d, head));
+        column(d, end - N, HoldIn(last_vec), hn::Not(hn::FirstN(d, head)));
         lines();
-        const __m512i idx = _mm512_add_epi32(
-            _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-            _mm512_set1_epi32(static_cast<int>(head)));
+        const __m512i idx = ShiftedLanes(head);
         for (size_t k = 0; k + 1 < kRows; ++k) {
           const V joined{
               _mm512_permutex2var_ps(last_vec[k].raw, idx, first_vec[k + 1].raw)};
           hn::Stream(joined, d, dx[k] + lines_end);
         }
-        HWY_ALIGN float lanes[kLineElems<T>];
-        hn::Store(first_vec[0], d, lanes);
-        for (size_t j = 0; j < head; ++j) dx[0][c0 + j] = lanes[j];
-        hn::Store(last_vec[kRows - 1], d, lanes);
-        for (size_t j = head; j < N; ++j) dx[kRows - 1][end - N + j] = lanes[j];
+        StoreLanes(d, first_vec[0], 0, head, dx[0] + c0);
+        StoreLanes(d, last_vec[kRows - 1], head, N, dx[kRows - 1] + lines_end);
         return;
       }
     }
