@@ -374,22 +374,29 @@ HWY_INLINE void VisitGradVariant(const Job& job, bool params, const Fn& fn) {
   return dsum ? fn(F(), F(), T()) : fn(F(), F(), F());
 }
 
+// How far ahead (bytes, 0 for none) the sums ask for the lines of x and dy: far for
+// streamed tensors; for rows from L3, as the forwards' statistics, where a vector is a
+// line or the loads split across lines. 4 MiB, 1 thread, calls of both builds
+// alternating, p25: AVX3 +16 bytes 9-15% faster (1024x1024 365 -> 317 us), +0 up to 13%
+// (4096x256); AVX2 +16 7-9% (1024x1024 377 -> 348 us). With narrower vectors on a
+// boundary the requests only cost: AVX2 +0 1024x1024 in groups 3-8% slower, rows split
+// in chunks (4x262144, 1x1048576, 16x65536) 3-4%; SSE4 64x1024 5%.
+template <class T>
+HWY_INLINE size_t SumsAhead(const RowGradJobT<T>& job) {
+  if (job.stream) return kReadAheadBytes;
+  const size_t vector_bytes = hn::Lanes(hn::ScalableTag<float>()) * sizeof(T);
+  const uintptr_t addresses =
+      reinterpret_cast<uintptr_t>(job.x) | reinterpret_cast<uintptr_t>(job.dy);
+  const bool split = addresses % vector_bytes != 0;
+  return FloatVectorSpansLine() || split ? kCacheAheadBytes : 0;
+}
+
 // grad_rows of the kernel table for one variant: groups of kGradGroupRows rows, then
 // the rest one by one; each group's sums first (here, or given), then its dx.
 template <bool kCenter, bool kParams, bool kDsum, class T>
 void GradRowsT(const RowGradJobT<T>& job, size_t r0, size_t r1, size_t c0, size_t n,
                const GradSums* sums, float* dgamma, float* dbeta) {
-  // Rows from L3 ask for their lines too, as the forwards' statistics do, where a
-  // vector is a line or the loads split across lines. 4 MiB, 1 thread, calls of both
-  // builds alternating, p25: AVX3 +16 bytes 12-17% faster (1024x1024 365 -> 317 us),
-  // +0 2-12%; AVX2 +16 8% (1024x1024 377 -> 348 us). With narrower vectors on a
-  // boundary the requests only cost: AVX2 1024x1024 +0 3-8% slower, SSE4 64x1024 5%.
-  const size_t vector_bytes = hn::Lanes(hn::ScalableTag<float>()) * sizeof(T);
-  const uintptr_t addresses =
-      reinterpret_cast<uintptr_t>(job.x) | reinterpret_cast<uintptr_t>(job.dy);
-  const bool split = addresses % vector_bytes != 0;
-  size_t ahead = job.stream ? kReadAheadBytes : 0;
-  if (!job.stream && (FloatVectorSpansLine() || split)) ahead = kCacheAheadBytes;
+  const size_t ahead = SumsAhead(job);
   const auto sums_of = [&](size_t r, auto& out) {
     for (size_t k = 0; k < sizeof(out) / sizeof(out[0]); ++k) {
       if (sums != nullptr) {
@@ -428,7 +435,7 @@ void GradRowsT(const RowGradJobT<T>& job, size_t r0, size_t r1, size_t c0, size_
 // The kernel table's two backward functions (rownorm.h) for tensors of type T.
 template <class T>
 GradSums RowGradChunkSums(const RowGradJobT<T>& job, size_t row, size_t c0, size_t n) {
-  const size_t ahead = job.stream ? kReadAheadBytes : kCacheAheadBytes;
+  const size_t ahead = SumsAhead(job);
   GradSums s;
   const auto sum = [&](const auto& r)
                        NK_INLINE_LAMBDA { s = RowGradSums<T>(r, c0, n, ahead); };
