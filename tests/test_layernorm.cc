@@ -116,8 +116,9 @@ TEST_P(LayerNormTest, AbsentGammaBetaAreOnesAndNegativeZero) {
                            run(ones.data(), center ? zeros.data() : nullptr)));
       EXPECT_TRUE(
           SameBits(with_gamma, run(gamma.data(), center ? zeros.data() : nullptr)));
-      if (center)
+      if (center) {
         EXPECT_TRUE(SameBits(run(nullptr, beta.data()), run(ones.data(), beta.data())));
+      }
       for (size_t i = 0; i < cols; ++i) {  // the zeros of x_hat: row 0, or row 1's
         const size_t at = center ? i : cols + i;
         if (!center && i % 3 != 0) continue;
@@ -444,7 +445,8 @@ TEST_P(LayerNormTest, HugeValues) {
 // rows is fetched: rows of 1027 columns (regular stores, a misaligned y) and of 1024
 // (non-temporal), rows that are NaN, constant, huge (the rescaled path inside a group)
 // or ill-conditioned, in place, rows held in registers, x of 16 MiB (8 MiB fused: the
-// smallest streamed), and the same bits for 1, 2, 3 threads.
+// smallest streamed), rows read again from L1 (AVX2's 128 and 256 columns), and the
+// same bits for 1, 2, 3 threads.
 TEST_P(LayerNormTest, LargeTensorsStream) {
   constexpr size_t kRows = 8200;  // x 1027 or 1024 columns: more than 32 MiB
   // Rows 5-7 and a middle one of a `cols`-wide tensor (bands of several rows when a
@@ -520,6 +522,19 @@ TEST_P(LayerNormTest, LargeTensorsStream) {
     c.fill = fill_for(1027);
     ASSERT_GE(CheckCase(c), 0);
     if (variant == 0) ExpectSameBitsForThreadCounts(c);
+  }
+  // Rows of 128 and 256 columns, read again from L1 at AVX2 (RereadRows), y at a line:
+  // streamed, the fused forms' sum stored over x or residual as their steps read it
+  // back, NaN, constant and huge rows among them; the same bits for 1, 2, 3 threads.
+  for (size_t cols : {128, 256}) {
+    Case r;
+    r.op = cols == 128 ? Op::kAddRmsNorm : Op::kAddLayerNorm;
+    r.cols = cols;
+    r.rows = kRows * 1027 / cols;
+    r.alias = cols == 128 ? Alias::kSumXYRes : Alias::kSumResYX;
+    r.fill = fill_for(1027);
+    ASSERT_GE(CheckCase(r), 0);
+    if (cols == 256) ExpectSameBitsForThreadCounts(r);
   }
   Case c;
   c.rows = 2048;
