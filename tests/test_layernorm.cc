@@ -445,8 +445,8 @@ TEST_P(LayerNormTest, HugeValues) {
 // rows is fetched: rows of 1027 columns (regular stores, a misaligned y) and of 1024
 // (non-temporal), rows that are NaN, constant, huge (the rescaled path inside a group)
 // or ill-conditioned, in place, rows held in registers, x of 16 MiB (8 MiB fused: the
-// smallest streamed), rows read again from L1 (AVX2's 128 and 256 columns), and the
-// same bits for 1, 2, 3 threads.
+// smallest streamed), rows read again from L1 (128 and 256 columns), and the same bits
+// for 1, 2, 3 threads.
 TEST_P(LayerNormTest, LargeTensorsStream) {
   constexpr size_t kRows = 8200;  // x 1027 or 1024 columns: more than 32 MiB
   // Rows 5-7 and a middle one of a `cols`-wide tensor (bands of several rows when a
@@ -523,7 +523,8 @@ TEST_P(LayerNormTest, LargeTensorsStream) {
     ASSERT_GE(CheckCase(c), 0);
     if (variant == 0) ExpectSameBitsForThreadCounts(c);
   }
-  // Rows of 128 and 256 columns, read again from L1 at AVX2 (RereadRows), y at a line:
+  // Rows of 128 and 256 columns, read again from L1 at AVX2 / SSE4 (RereadRows; SSE4
+  // 256 columns: the general path), y at a line:
   // streamed, the fused forms' sum stored over x or residual as their steps read it
   // back, NaN, constant and huge rows among them; the same bits for 1, 2, 3 threads.
   for (size_t cols : {128, 256}) {

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // shortrow-inl.h: rows of kVecs full vectors (cols == kVecs * Lanes), up to 16 held in
-// registers, kRows rows at a time so that their reductions overlap, and up to 32 (AVX2)
-// read again from L1, three rows in flight. Small rows spend their time in horizontal
-// reductions, sqrt/div and loop overhead, not in memory.
+// registers, kRows rows at a time so that their reductions overlap, and up to 32 (x86
+// below AVX-512) read again from L1, three rows in flight. Small rows spend their time in
+// horizontal reductions, sqrt/div and loop overhead, not in memory.
 //
 // Statistics take two passes: a pairwise sum, then the squared deviations from the
 // mean; held rows keep the deviations for normalization. cols is a power of two here,
@@ -32,12 +32,16 @@ namespace hn = hwy::HWY_NAMESPACE;
 // Rows of up to kMaxShortVectors whole vectors take a short path (x86 and NEON vectors
 // have a size, so arrays of them live in registers): up to kMaxHeldVectors held in
 // registers (ShortRows), longer ones read again from L1 for each step (RereadRows).
-// AVX2's 16 registers of 8 floats hold rows of 64 columns; rows of 128 and 256 columns,
-// held or through the general row path before, are faster read again (LayerNorm, 1
-// thread, Zen 4, calls alternating in one process, p25: 8192x128 203 -> 172 us,
-// 4096x256 214 -> 164 us, 65536x256 4.0 -> 2.9 ms).
-constexpr size_t kMaxHeldVectors = HWY_HAVE_SCALABLE ? 0 : HWY_MAX_BYTES == 32 ? 8 : 16;
-constexpr size_t kMaxShortVectors = HWY_HAVE_SCALABLE ? 0 : HWY_MAX_BYTES == 32 ? 32 : 16;
+// x86 below AVX-512 has 16 vector registers: rows of more than 8 vectors, held or
+// through the general row path before, are faster read again (LayerNorm, 1 thread,
+// Zen 4, calls alternating in one process, p25: AVX2 8192x128 195 -> 170 us, 4096x256
+// 208 -> 153 us, 65536x256 3.97 -> 3.06 ms; SSE4 16384x64 401 -> 310 us, 8192x128 360
+// -> 301 us). Longer rows gained nothing: SSE4 4096x256 0-3%, AVX3 2048x512 from 4%
+// slower to 1.7x slower at +16 bytes (where the general path reads line pairs).
+constexpr bool kSixteenRegisters =
+    HWY_ARCH_X86 && HWY_MAX_BYTES >= 16 && HWY_MAX_BYTES <= 32;
+constexpr size_t kMaxHeldVectors = HWY_HAVE_SCALABLE ? 0 : kSixteenRegisters ? 8 : 16;
+constexpr size_t kMaxShortVectors = HWY_HAVE_SCALABLE ? 0 : kSixteenRegisters ? 32 : 16;
 
 // RMSNorm's beta: short rows apply one (an add of -0.0, which keeps every value, -0
 // included), which keeps the number of compiled variants small. (An absent gamma or
