@@ -524,9 +524,9 @@ TEST_P(LayerNormTest, LargeTensorsStream) {
     if (variant == 0) ExpectSameBitsForThreadCounts(c);
   }
   // Rows of 128 and 256 columns, read again from L1 at AVX2 / SSE4 (RereadRows; SSE4
-  // 256 columns: the general path), y at a line:
-  // streamed, the fused forms' sum stored over x or residual as their steps read it
-  // back, NaN, constant and huge rows among them; the same bits for 1, 2, 3 threads.
+  // 256 columns: the general path), y at a line: streamed, the fused forms' sum stored
+  // over x or residual as their steps read it back, NaN, constant and huge rows among
+  // them; the same bits for 1, 2, 3 threads.
   for (size_t cols : {128, 256}) {
     Case r;
     r.op = cols == 128 ? Op::kAddRmsNorm : Op::kAddLayerNorm;

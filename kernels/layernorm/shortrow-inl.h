@@ -53,8 +53,8 @@ HWY_ALIGN constexpr float kNegativeZeros[256] = {NK_NZ64, NK_NZ64, NK_NZ64, NK_N
 #undef NK_NZ64
 #undef NK_NZ16
 #undef NK_NZ4
-static_assert(kMaxShortVectors * hn::MaxLanes(hn::ScalableTag<float>()) <= 256,
-              "kNegativeZeros must cover the longest short row");
+static_assert(kMaxHeldVectors * hn::MaxLanes(hn::ScalableTag<float>()) <= 256,
+              "kNegativeZeros must cover the longest held row");
 
 // The sum of t[0] .. t[n - 1] (n a power of two) as a pairwise tree; overwrites t.
 template <size_t n, class V>
@@ -284,7 +284,7 @@ HWY_NOINLINE void FinishShortRows(const RowNormJobT<T>& job, size_t r, uint32_t 
 // steps that each read the row again from L1: its mean (a pairwise sum, as ShortRows
 // takes it: exact for a constant row), its squared deviations in eight chains, its y.
 // The steps after the first read the stored sum where there is one (it may be x or
-// residual).
+// residual). y is Affine's, as the general path's (RMSNorm: no beta).
 template <size_t kVecs, bool kCenter, class T, class Src,
           class D = hn::ScalableTag<float>>
 class RereadRows {
@@ -311,6 +311,8 @@ class RereadRows {
       const V total = hn::SumOfLanes(d, TreeSum<kVecs>(first, 0));
       return hn::Mul(total, hn::Set(d, 1.0f / static_cast<float>(kVecs * N)));
     } else {
+      // The sum store alone (StoreSum's lane-by-lane tail, never taken for whole
+      // vectors, drew GCC's -Waggressive-loop-optimizations here).
       if (sum != nullptr) {
         for (size_t k = 0; k < kVecs; ++k) first(k);
       }
@@ -322,17 +324,18 @@ class RereadRows {
   // the row is finished by the slow path and `done` set.
   HWY_INLINE V Rstd(size_t r, V mean, bool& done) const {
     const D d;
-    const V inv_n = hn::Set(d, 1.0f / static_cast<float>(kVecs * hn::Lanes(d)));
-    const V m2 = WithRow(r, [&](const auto& again) NK_INLINE_LAMBDA {
+    const size_t N = hn::Lanes(d);
+    const V inv_n = hn::Set(d, 1.0f / static_cast<float>(kVecs * N));
+    const V m2 = WithRow(r, [&](const auto& src) NK_INLINE_LAMBDA {
       V q[kChains];
       HWY_UNROLL(8)
       for (size_t k = 0; k < kChains; ++k) {
-        const V e = kCenter ? hn::Sub(again(k), mean) : again(k);
+        const V e = kCenter ? hn::Sub(src.Load(d, k * N), mean) : src.Load(d, k * N);
         q[k] = hn::Mul(e, e);
       }
       HWY_UNROLL(32)
       for (size_t k = kChains; k < kVecs; ++k) {
-        const V e = kCenter ? hn::Sub(again(k), mean) : again(k);
+        const V e = kCenter ? hn::Sub(src.Load(d, k * N), mean) : src.Load(d, k * N);
         q[k % kChains] = hn::MulAdd(e, e, q[k % kChains]);
       }
       return hn::SumOfLanes(d, PairwiseSum(q));
@@ -342,7 +345,7 @@ class RereadRows {
     const float mean_lane = hn::GetLane(mean), m2_lane = hn::GetLane(m2);
     done = !std::isfinite(mean_lane) || !std::isfinite(m2_lane);
     if (HWY_UNLIKELY(done)) {
-      const Moments m{static_cast<double>(kVecs * hn::Lanes(d)), mean_lane, m2_lane};
+      const Moments m{static_cast<double>(kVecs * N), mean_lane, m2_lane};
       FinishShortRows<kCenter>(job_, r, 1, &m);
       return rstd;
     }
@@ -357,15 +360,14 @@ class RereadRows {
     const D d;
     const size_t N = hn::Lanes(d);
     const float* HWY_RESTRICT gamma = job_.gamma;
-    const float* HWY_RESTRICT beta = job_.beta != nullptr ? job_.beta : kNegativeZeros;
+    const float* HWY_RESTRICT beta = job_.beta;
     T* HWY_RESTRICT y = job_.y + r * job_.ldy;
-    WithRow(r, [&](const auto& again) NK_INLINE_LAMBDA {
+    WithRow(r, [&](const auto& src) NK_INLINE_LAMBDA {
       HWY_UNROLL(32)
       for (size_t k = 0; k < kVecs; ++k) {
-        V v = again(k);
-        if (kCenter) v = hn::Sub(v, mean);
-        const V out = hn::MulAdd(hn::Mul(v, rstd), hn::LoadU(d, gamma + k * N),
-                                 hn::LoadU(d, beta + k * N));
+        const V b = kCenter ? hn::LoadU(d, beta + k * N) : hn::Zero(d);
+        const V out = Affine<kCenter>(src.Load(d, k * N), mean, rstd,
+                                      hn::LoadU(d, gamma + k * N), b);
         if constexpr (kStream) {
           StreamElems(out, d, y + k * N);
         } else {
@@ -399,19 +401,15 @@ class RereadRows {
     }
   }
 
-  // fn(again): `again` loads vector k of row r once its first step is done.
+  // fn(src) with the source row r is read from once its first step is done: the
+  // stored sum where there is one, as WithRowSource chooses it (without compiling the
+  // sources a Src of x alone cannot need).
   template <class Fn>
   HWY_INLINE auto WithRow(size_t r, const Fn& fn) const {
-    const D d;
-    const size_t N = hn::Lanes(d);
     if constexpr (!std::is_same_v<Src, TensorSource<T>>) {
-      if (job_.sum != nullptr) {
-        const T* HWY_RESTRICT sum = job_.sum + r * job_.lds;
-        return fn([&](size_t k) NK_INLINE_LAMBDA { return LoadElems(d, sum + k * N); });
-      }
+      if (job_.sum != nullptr) return fn(TensorSource<T>{job_.sum, job_.lds}.Row(r));
     }
-    const Src src = src0_.Row(r);
-    return fn([&](size_t k) NK_INLINE_LAMBDA { return src.Load(d, k * N); });
+    return fn(src0_.Row(r));
   }
 
   const RowNormJobT<T>& job_;
