@@ -371,6 +371,49 @@ class RealignedStream {
     next_ += hn::Lanes(d);
   }
 
+  // Puts value(0) .. value(n - 1), a row, checking once (not at every put) whether
+  // they all land on streamed lines, as every row inside the span does.
+  template <size_t n, class Value>
+  HWY_INLINE void PutAll(D d, const Value& value) {
+    const size_t N = hn::Lanes(d);
+    T* p = next_ - shift_;
+    const uintptr_t first = reinterpret_cast<uintptr_t>(p) - line_begin_;
+    if (HWY_UNLIKELY(first >= streamed_ ||
+                     first + (n - 1) * N * sizeof(T) >= streamed_)) {
+      HWY_UNROLL(32)
+      for (size_t k = 0; k < n; ++k) Put(d, value(k));
+      return;
+    }
+#if HWY_TARGET == HWY_AVX2
+    // y at 16 bytes past a vector (NumPy's, malloc's): each store is the high half of
+    // one value and the low half of the next, one permute of the two values as they
+    // are (65536x256, 1 thread: 2-4% faster than a rotation and a blend).
+    if constexpr (hn::MaxLanes(D()) == 8) {
+      if (shift_ == 4) {
+        __m256 prev = _mm256_permute2f128_ps(prev_.raw, prev_.raw, 1);  // unrotated
+        HWY_UNROLL(32)
+        for (size_t k = 0; k < n; ++k) {
+          const V v = value(k);
+          StreamElems(V{_mm256_permute2f128_ps(prev, v.raw, 0x21)}, d, p + k * N);
+          prev = v.raw;
+        }
+        prev_ = V{_mm256_permute2f128_ps(prev, prev, 1)};
+        next_ += n * N;
+        return;
+      }
+    }
+#endif
+    V prev = prev_;
+    HWY_UNROLL(32)
+    for (size_t k = 0; k < n; ++k) {
+      const V rotated = Rotate(d, value(k));
+      StreamElems(hn::IfThenElse(from_prev_, prev, rotated), d, p + k * N);
+      prev = rotated;
+    }
+    prev_ = prev;
+    next_ += n * N;
+  }
+
   // Leaves the next n elements unwritten (values that are put later, by other stores).
   void Skip(D d, size_t n) {
     Finish(d);
@@ -385,13 +428,18 @@ class RealignedStream {
 
  private:
   // v's lanes rotated up by shift_ (lane l takes lane l - shift_, mod N): one permute at
-  // AVX-512, by its intrinsic (Highway 1.0.3's SetTableIndices asserts in sanitized
-  // builds, and on x86 the library links no libhwy for the assertion's Abort); through
-  // memory elsewhere, where the stream is not used (it is slower there).
+  // AVX-512 and AVX2, by its intrinsic (Highway 1.0.3's SetTableIndices asserts in
+  // sanitized builds, and on x86 the library links no libhwy for the assertion's
+  // Abort); through memory elsewhere, where the stream is not used (it is slower).
   HWY_INLINE V Rotate(D d, V v) const {
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
     if constexpr (hn::MaxLanes(D()) == 16) {
       return V{_mm512_permutexvar_ps(_mm512_load_si512(idx_), v.raw)};
+    }
+#elif HWY_TARGET == HWY_AVX2
+    if constexpr (hn::MaxLanes(D()) == 8) {
+      return V{_mm256_permutevar8x32_ps(
+          v.raw, _mm256_load_si256(reinterpret_cast<const __m256i*>(idx_)))};
     }
 #endif
     const size_t N = hn::Lanes(d);

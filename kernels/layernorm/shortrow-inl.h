@@ -111,11 +111,10 @@ HWY_INLINE void StreamNormalized(D d, const V (&v)[kRows][kVecs], const V (&rstd
       out = stream;
       continue;
     }
-    HWY_UNROLL(16)
-    for (size_t k = 0; k < kVecs; ++k) {
-      out.Put(d, hn::MulAdd(hn::Mul(v[i][k], rstd[i]), hn::LoadU(d, gamma + k * N),
-                            hn::LoadU(d, beta + k * N)));
-    }
+    out.template PutAll<kVecs>(d, [&](size_t k) NK_INLINE_LAMBDA {
+      return hn::MulAdd(hn::Mul(v[i][k], rstd[i]), hn::LoadU(d, gamma + k * N),
+                        hn::LoadU(d, beta + k * N));
+    });
   }
   stream = out;
 }
@@ -354,24 +353,35 @@ class RereadRows {
     return rstd;
   }
 
-  // y of row r from its mean and rstd, streamed with kStream.
-  template <bool kStream>
-  HWY_INLINE void Normalize(size_t r, V mean, V rstd) const {
+  // How y is written: regular stores, non-temporal ones (rows on line boundaries), or
+  // through a RealignedStream (rows contiguous, off a vector boundary).
+  enum Store { kRegular, kStream, kJoin };
+
+  // y of row r from its mean and rstd.
+  template <Store kStore>
+  HWY_INLINE void Normalize(size_t r, V mean, V rstd, RealignedStream<D, T>& out) const {
     const D d;
     const size_t N = hn::Lanes(d);
     const float* HWY_RESTRICT gamma = job_.gamma;
     const float* HWY_RESTRICT beta = job_.beta;
     T* HWY_RESTRICT y = job_.y + r * job_.ldy;
     WithRow(r, [&](const auto& src) NK_INLINE_LAMBDA {
+      const auto value = [&](size_t k) NK_INLINE_LAMBDA {
+        const V b = kCenter ? hn::LoadU(d, beta + k * N) : hn::Zero(d);
+        return Affine<kCenter>(src.Load(d, k * N), mean, rstd,
+                               hn::LoadU(d, gamma + k * N), b);
+      };
+      if constexpr (kStore == kJoin) {
+        out.template PutAll<kVecs>(d, value);
+        return;
+      }
       HWY_UNROLL(32)
       for (size_t k = 0; k < kVecs; ++k) {
-        const V b = kCenter ? hn::LoadU(d, beta + k * N) : hn::Zero(d);
-        const V out = Affine<kCenter>(src.Load(d, k * N), mean, rstd,
-                                      hn::LoadU(d, gamma + k * N), b);
-        if constexpr (kStream) {
-          StreamElems(out, d, y + k * N);
+        const V v = value(k);
+        if constexpr (kStore == kStream) {
+          StreamElems(v, d, y + k * N);
         } else {
-          StoreElems(out, d, y + k * N);
+          StoreElems(v, d, y + k * N);
         }
       }
     });
@@ -381,24 +391,33 @@ class RereadRows {
   // 2's y, each from what the step before left, so that none waits on the latency of
   // the one before it. (A row's steps one after another, its sums, square root and
   // divide one chain: AVX2 256x256, 1 thread, 10.6 against 9.2 us.)
-  void Run(size_t r0, size_t r1, bool stream) const {
-    return stream ? Run<true>(r0, r1) : Run<false>(r0, r1);
+  void Run(size_t r0, size_t r1, bool stream, bool join,
+           RealignedStream<D, T>& out) const {
+    if (join) return Run<kJoin>(r0, r1, out);
+    return stream ? Run<kStream>(r0, r1, out) : Run<kRegular>(r0, r1, out);
   }
 
  private:
-  template <bool kStream>
-  HWY_NOINLINE void Run(size_t r0, size_t r1) const {
-    const V zero = hn::Zero(D());
+  template <Store kStore>
+  HWY_NOINLINE void Run(size_t r0, size_t r1, RealignedStream<D, T>& joined) const {
+    const D d;
+    const V zero = hn::Zero(d);
     V mean1 = zero, mean2 = zero, rstd2 = zero;
     bool done2 = true;
+    RealignedStream<D, T> out = joined;  // a local copy (RealignedStream says why)
     for (size_t j = r0; j < r1 + 2; ++j) {
       const V mean0 = j < r1 ? Mean(j) : zero;
       bool done1 = true;
       const V rstd1 = j >= r0 + 1 && j - 1 < r1 ? Rstd(j - 1, mean1, done1) : zero;
-      if (!done2) Normalize<kStream>(j - 2, mean2, rstd2);
+      if (!done2) {
+        Normalize<kStore>(j - 2, mean2, rstd2, out);
+      } else if (kStore == kJoin && j >= r0 + 2) {
+        out.Skip(d, kVecs * hn::Lanes(d));  // y written by FinishShortRows
+      }
       mean2 = mean1, rstd2 = rstd1, done2 = done1;
       mean1 = mean0;
     }
+    joined = out;
   }
 
   // fn(src) with the source row r is read from once its first step is done: the
@@ -426,18 +445,22 @@ void ShortRowsLoop(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t
   // streamed as one span (RealignedStream) where a vector is a whole line (AVX-512,
   // fp32). LayerNorm, y at +16 bytes, 1 thread, alternating processes: 65536x256 3.0
   // ms against 4.0 with regular stores, 262144x64 3.0 against 4.2. With two or four
-  // non-temporal stores per line the joined span was slower than regular stores
-  // (262144x64: AVX2 4.9 against 4.1 ms, SSE4 9.4 against 6.4).
+  // non-temporal stores per line the joined span was slower than regular stores for
+  // rows held in registers (262144x64: AVX2 4.9 against 4.1 ms, SSE4 9.4 against 6.4;
+  // AVX2 with one permute per store, 6.0 against 4.1), but faster for AVX2's rows read
+  // again (65536x256: 3.69 -> 2.88 ms, 2 threads 1.92 -> 1.54).
   const bool stream = job.stream &&
                       reinterpret_cast<uintptr_t>(job.y) % kLineBytes == 0 &&
                       job.ldy % kLineElems<T> == 0 && job.cols % kLineElems<T> == 0;
   constexpr bool kVectorIsLine = hn::MaxLanes(D()) * sizeof(T) == kLineBytes;
-  const bool join = kVectorIsLine && job.stream && !stream && job.ldy == job.cols &&
+  constexpr bool kJoinable = kVectorIsLine || (HWY_TARGET == HWY_AVX2 && sizeof(T) == 4 &&
+                                               kVecs > kMaxHeldVectors);
+  const bool join = kJoinable && job.stream && !stream && job.ldy == job.cols &&
                     RealignedStream<D, T>::Fits(job.y);
   RealignedStream<D, T> out(d, job.y + r0 * job.ldy, join ? (r1 - r0) * job.cols : 0);
   RealignedStream<D, T>* joined = join ? &out : nullptr;
   if constexpr (kVecs > kMaxHeldVectors) {
-    RereadRows<kVecs, kCenter, T, Src>(job, src0).Run(r0, r1, stream);
+    RereadRows<kVecs, kCenter, T, Src>(job, src0).Run(r0, r1, stream, join, out);
   } else {
     constexpr size_t kRows = kVecs >= 8 ? 16 / kVecs : 4;
     Moments bad_moments[kRows];
