@@ -440,8 +440,8 @@ TEST_P(LayerNormTest, HugeValues) {
 }
 
 // Calls whose tensors (x and y; residual and sum too) reach 32 MiB stream y
-// (non-temporal stores where the rows of y are vector-aligned, or, rows held in
-// registers at AVX-512, where they follow each other) while the next group of
+// (non-temporal stores where the rows of y are vector-aligned, or, short rows at
+// AVX-512 and AVX2, where they follow each other) while the next group of
 // rows is fetched: rows of 1027 columns (regular stores, a misaligned y) and of 1024
 // (non-temporal), rows that are NaN, constant, huge (the rescaled path inside a group)
 // or ill-conditioned, in place, rows held in registers, x of 16 MiB (8 MiB fused: the
@@ -552,6 +552,44 @@ TEST_P(LayerNormTest, LargeTensorsStream) {
   c.cols = 1024;
   c.fill = fill_for(1024);
   ExpectSameBitsForThreadCounts(c);
+}
+
+// Streamed short rows give the same bits with y (and sum) at a line and off one,
+// where rows off a line are joined into one span (at 4, 16, 32 and 48 bytes: a
+// rotation, halves swapped, none, the span's first line a vector in), AVX-512's rows
+// of 256 columns read again for it, not held in registers: the four forwards, 16 MiB
+// of x, a NaN row among them.
+TEST_P(LayerNormTest, StreamedShortRowsOffALineGiveTheSameBits) {
+  for (Op op : kAllOps) {
+    for (size_t cols : {128, 256}) {
+      const size_t rows = (size_t{16} << 20) / sizeof(float) / cols, n = rows * cols;
+      const bool fused = Fused(op);
+      Buffer x(n), res(n), gamma(cols), beta(cols);
+      FillNormal(x, Seed(cols), 3.0f, 2.0f);
+      FillNormal(res, Seed(cols + 1), 0.0f, 0.5f);
+      FillNormal(gamma, Seed(cols + 2), 1.0f, 0.25f);
+      FillNormal(beta, Seed(cols + 3), 0.0f, 0.5f);
+      x[7 * cols + 3] = NAN;
+      for (size_t misalign : {1, 4, 8, 12}) {
+        Buffer y(n), y_off(n, misalign), sum(n), sum_off(n, misalign), mean(rows),
+            mean_off(rows), rstd(rows), rstd_off(rows);
+        const auto call = [&](Buffer& s, Buffer& out, Buffer& m, Buffer& r) {
+          return CallOp(op, rows, cols, x.data(), fused ? res.data() : nullptr,
+                        gamma.data(), beta.data(), 1e-5f, fused ? s.data() : nullptr,
+                        out.data(), m.data(), r.data());
+        };
+        ASSERT_EQ(call(sum, y, mean, rstd), NK_OK);
+        ASSERT_EQ(call(sum_off, y_off, mean_off, rstd_off), NK_OK);
+        SCOPED_TRACE(std::string(OpName(op)) + " cols=" + std::to_string(cols) +
+                     " misalign=" + std::to_string(misalign));
+        ASSERT_EQ(std::memcmp(y.data(), y_off.data(), n * sizeof(float)), 0);
+        ASSERT_EQ(std::memcmp(rstd.data(), rstd_off.data(), rows * sizeof(float)), 0);
+        if (fused) {
+          ASSERT_EQ(std::memcmp(sum.data(), sum_off.data(), n * sizeof(float)), 0);
+        }
+      }
+    }
+  }
 }
 
 TEST_P(LayerNormTest, TinyValues) {

@@ -289,7 +289,9 @@ template <size_t kVecs, bool kCenter, class T, class Src,
 class RereadRows {
  public:
   using V = hn::Vec<D>;
-  static constexpr size_t kChains = 8;
+  // Squares in eight chains; rows that registers could hold in four, as ShortRows sums
+  // them, so that a row has the same bits on either path.
+  static constexpr size_t kChains = kVecs <= kMaxHeldVectors ? 4 : 8;
   static_assert(kVecs >= kChains, "a vector per chain");
 
   RereadRows(const RowNormJobT<T>& job, const Src& src0) : job_(job), src0_(src0) {}
@@ -354,7 +356,7 @@ class RereadRows {
   }
 
   // How y is written: regular stores, non-temporal ones (rows on line boundaries), or
-  // through a RealignedStream (rows contiguous, off a vector boundary).
+  // through a RealignedStream (rows contiguous, off a line boundary).
   enum Store { kRegular, kStream, kJoin };
 
   // y of row r from its mean and rstd.
@@ -372,16 +374,17 @@ class RereadRows {
                                hn::LoadU(d, gamma + k * N), b);
       };
       if constexpr (kStore == kJoin) {
+        (void)y;
         out.template PutAll<kVecs>(d, value);
-        return;
-      }
-      HWY_UNROLL(32)
-      for (size_t k = 0; k < kVecs; ++k) {
-        const V v = value(k);
-        if constexpr (kStore == kStream) {
-          StreamElems(v, d, y + k * N);
-        } else {
-          StoreElems(v, d, y + k * N);
+      } else {
+        HWY_UNROLL(32)
+        for (size_t k = 0; k < kVecs; ++k) {
+          const V v = value(k);
+          if constexpr (kStore == kStream) {
+            StreamElems(v, d, y + k * N);
+          } else {
+            StoreElems(v, d, y + k * N);
+          }
         }
       }
     });
@@ -443,12 +446,13 @@ void ShortRowsLoop(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t
   // Streamed where every row of y starts a cache line, so that the stores fill whole
   // lines (sources-inl.h). Rows of y that follow each other off a line boundary are
   // streamed as one span (RealignedStream) where a vector is a whole line (AVX-512,
-  // fp32). LayerNorm, y at +16 bytes, 1 thread, alternating processes: 65536x256 3.0
-  // ms against 4.0 with regular stores, 262144x64 3.0 against 4.2. With two or four
-  // non-temporal stores per line the joined span was slower than regular stores for
-  // rows held in registers (262144x64: AVX2 4.9 against 4.1 ms, SSE4 9.4 against 6.4;
-  // AVX2 with one permute per store, 6.0 against 4.1), but faster for AVX2's rows read
-  // again (65536x256: 3.69 -> 2.88 ms, 2 threads 1.92 -> 1.54).
+  // fp32) and for AVX2's rows read again. LayerNorm, y at +16 bytes, 1 thread,
+  // alternating processes: 65536x256 3.0 ms against 4.0 with regular stores,
+  // 262144x64 3.0 against 4.2. With two or four non-temporal stores per line the joined
+  // span was slower than regular stores for rows held in registers (262144x64: AVX2 4.9
+  // against 4.1 ms, SSE4 9.4 against 6.4; AVX2 with one permute per store, 6.0
+  // against 4.1), but faster for AVX2's rows read again (65536x256: 3.69 -> 2.88 ms, 2
+  // threads 1.92 -> 1.54).
   const bool stream = job.stream &&
                       reinterpret_cast<uintptr_t>(job.y) % kLineBytes == 0 &&
                       job.ldy % kLineElems<T> == 0 && job.cols % kLineElems<T> == 0;
@@ -459,9 +463,19 @@ void ShortRowsLoop(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t
                     RealignedStream<D, T>::Fits(job.y);
   RealignedStream<D, T> out(d, job.y + r0 * job.ldy, join ? (r1 - r0) * job.cols : 0);
   RealignedStream<D, T>* joined = join ? &out : nullptr;
-  if constexpr (kVecs > kMaxHeldVectors) {
-    RereadRows<kVecs, kCenter, T, Src>(job, src0).Run(r0, r1, stream, join, out);
-  } else {
+  // AVX-512's rows of 16 vectors joined into one span are faster read again, three in
+  // flight, than held (65536x256 at +16 bytes: 1 thread 3.96 -> 2.92 ms, 2 threads
+  // 2.45 -> 1.98); held rows are faster elsewhere (4096x256 in the cache, +16 bytes:
+  // 172 against 195 us). RereadRows sums their squares as ShortRows does: same bits.
+  constexpr bool kRereadJoined = kJoinable && kVecs == 16;
+  if constexpr (kVecs > kMaxHeldVectors || kRereadJoined) {
+    if (kVecs > kMaxHeldVectors || join) {
+      RereadRows<kVecs, kCenter, T, Src>(job, src0).Run(r0, r1, stream, join, out);
+      if (join) out.Finish(d);
+      return;
+    }
+  }
+  if constexpr (kVecs <= kMaxHeldVectors) {
     constexpr size_t kRows = kVecs >= 8 ? 16 / kVecs : 4;
     Moments bad_moments[kRows];
     size_t r = r0;
