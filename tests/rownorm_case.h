@@ -68,6 +68,16 @@ struct Outputs {
       : y(n, misalign), sum(n, misalign), mean(rows, misalign), rstd(rows, misalign) {}
 };
 
+// Operands of the four forwards from seeds salt .. salt + 3: x ~ N(3, 2), residual ~
+// N(0, 0.5), gamma ~ N(1, 0.25), beta ~ N(0, 0.5).
+inline void FillOperands(Buffer& x, Buffer& res, Buffer& gamma, Buffer& beta,
+                         size_t salt) {
+  FillNormal(x, Seed(salt), 3.0f, 2.0f);
+  FillNormal(res, Seed(salt + 1), 0.0f, 0.5f);
+  FillNormal(gamma, Seed(salt + 2), 1.0f, 0.25f);
+  FillNormal(beta, Seed(salt + 3), 0.0f, 0.5f);
+}
+
 inline nk_status CallOp(Op op, size_t rows, size_t cols, const float* x,
                         const float* res, const float* gamma, const float* beta,
                         float eps, float* sum, float* y, float* mean, float* rstd) {

@@ -385,10 +385,7 @@ TEST_P(LayerNormTest, SameBitsAtAnyAddress) {
                            Buffer& rstd) {
         Buffer x(n, off), res(n, off);
         Buffer gamma(cols, (off * 5) % 16), beta(cols, (off * 3) % 16);
-        FillNormal(x, Seed(cols), 3.0f, 2.0f);
-        FillNormal(res, Seed(cols + 1), 0.0f, 0.5f);
-        FillNormal(gamma, Seed(cols + 2), 1.0f, 0.25f);
-        FillNormal(beta, Seed(cols + 3), 0.0f, 0.5f);
+        FillOperands(x, res, gamma, beta, cols);
         return CallOp(op, rows, cols, x.data(), fused ? res.data() : nullptr,
                       gamma.data(), beta.data(), 1e-5f, fused ? sum.data() : nullptr,
                       y.data(), mean.data(), rstd.data());
@@ -565,10 +562,7 @@ TEST_P(LayerNormTest, StreamedShortRowsOffALineGiveTheSameBits) {
       const size_t rows = (size_t{16} << 20) / sizeof(float) / cols, n = rows * cols;
       const bool fused = Fused(op);
       Buffer x(n), res(n), gamma(cols), beta(cols);
-      FillNormal(x, Seed(cols), 3.0f, 2.0f);
-      FillNormal(res, Seed(cols + 1), 0.0f, 0.5f);
-      FillNormal(gamma, Seed(cols + 2), 1.0f, 0.25f);
-      FillNormal(beta, Seed(cols + 3), 0.0f, 0.5f);
+      FillOperands(x, res, gamma, beta, cols);
       x[7 * cols + 3] = NAN;
       for (size_t misalign : {1, 4, 8, 12}) {
         Buffer y(n), y_off(n, misalign), sum(n), sum_off(n, misalign), mean(rows),

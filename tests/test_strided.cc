@@ -136,10 +136,7 @@ TEST_P(StridedTest, SameBitsForAnyThreadCount) {
       const size_t rows = shape.first, cols = shape.second, n = rows * cols;
       const bool fused = Fused(op);
       Buffer x(n), res(n), gamma(cols), beta(cols);
-      FillNormal(x, Seed(rows), 3.0f, 2.0f);
-      FillNormal(res, Seed(rows + 1), 0.0f, 0.5f);
-      FillNormal(gamma, Seed(rows + 2), 1.0f, 0.25f);
-      FillNormal(beta, Seed(rows + 3), 0.0f, 0.5f);
+      FillOperands(x, res, gamma, beta, rows);
       std::vector<float> first;
       for (int threads : {1, 2, 3}) {
         ASSERT_EQ(nk_set_num_threads(threads), NK_OK);
