@@ -281,7 +281,7 @@ HWY_NOINLINE void FinishShortRows(const RowNormJobT<T>& job, size_t r, uint32_t 
 
 // Rows of kVecs vectors, more than the registers hold (kMaxHeldVectors), in three
 // steps that each read the row again from L1: its mean (a pairwise sum, as ShortRows
-// takes it: exact for a constant row), its squared deviations in eight chains, its y.
+// takes it: exact for a constant row), its squared deviations in chains, its y.
 // The steps after the first read the stored sum where there is one (it may be x or
 // residual). y is Affine's, as the general path's (RMSNorm: no beta).
 template <size_t kVecs, bool kCenter, class T, class Src,
