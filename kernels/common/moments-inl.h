@@ -129,6 +129,7 @@ HWY_INLINE void FullBlockMomentsOf(D d, const Load& load, V& mean, V& m2) {
 // sum), then the squared deviations from it (the same chains).
 template <size_t kVecs, class D, class Src, class V = hn::Vec<D>>
 HWY_INLINE V ReloadedBlockMean(D d, const Src& src, size_t i) {
+  static_assert(kVecs >= 4 && (kVecs & (kVecs - 1)) == 0, "a power of two, at least 4");
   const size_t N = hn::Lanes(d);
   V sum[kVecs / 2];
   HWY_UNROLL(32)
@@ -144,6 +145,7 @@ HWY_INLINE V ReloadedBlockMean(D d, const Src& src, size_t i) {
 
 template <size_t kVecs, class D, class Src, class V = hn::Vec<D>>
 HWY_INLINE V ReloadedBlockM2(D d, const Src& src, size_t i, V mean) {
+  static_assert(kVecs >= 4 && (kVecs & (kVecs - 1)) == 0, "a power of two, at least 4");
   const size_t N = hn::Lanes(d);
   const V one = hn::Set(d, 1.0f);
   const V neg_mean = hn::Neg(mean);
@@ -357,29 +359,32 @@ class BlockTree {
 
   // Adds the pairs of full blocks of src's elements [i, end) where vectors are narrower
   // than 64 bytes, asking for the lines `ahead` bytes past each block as it goes (with
-  // kAhead; 0 for none); returns where the pairs end (i where there are none). A pair's
-  // Chan merge is done in registers, as the tree's level 0 would do it (its first block
-  // even): the same bits, half the tree's loads, stores and branches. (LayerNorm, 1
+  // kAhead; 0 for none); returns where the pairs end (i where there are none).
+  //
+  // With a mean at AVX2 (full 32-byte vectors), a pair is one block of 2 kBlock
+  // vectors, too many for the registers: its mean, then its deviations loaded again
+  // from L1, the next pair's mean taken before this pair's deviations, so that those
+  // find their mean ready while the next sums fill the wait. Two blocks of 8 in
+  // registers left the statistics bound by each block's chain of sum, mean, deviations
+  // (LayerNorm, AVX2, median of 5-6 processes: 1024x1024 1 thread 171 -> 149 us, 2
+  // threads 92 -> 82 us; 2048x8192 streamed 14-16% faster, 16384x1024 streamed 5-8%
+  // slower, where x's rows meet the last streamed stores of y a page apart). At SSE4 it
+  // gained 2-8% in the cache and lost 4% streamed: not taken there.
+  //
+  // Elsewhere (RMSNorm's sums of squares, 16-byte vectors, one-lane strided sources), a
+  // pair's Chan merge is done in registers, as the tree's level 0 would do it (its first
+  // block even): the same bits, half the tree's loads, stores and branches. (LayerNorm, 1
   // thread, fastest of 11 in alternating processes: 64x1024 to 1024x1024 at AVX2 8-12%
   // faster, SSE4 5-9%; at AVX3, where a block is 256 elements, 64x1024 and 256x1024 ran
   // 5-10% slower. A build whose pairs lost the read-ahead ran streamed rows 14-37%
   // slower.)
-  //
-  // At AVX2 (LayerNorm), a pair is one block of 2 kBlock vectors, too many for the
-  // registers: its mean, then its deviations loaded again from L1, the next pair's mean
-  // taken before this pair's deviations, so that those find their mean ready while the
-  // next sums fill the wait. Two blocks of 8 in registers left the statistics bound by
-  // each block's chain of sum, mean, deviations (LayerNorm, AVX2, median of 5-6
-  // processes: 1024x1024 1 thread 171 -> 149 us, 2 threads 92 -> 82 us; 2048x8192
-  // streamed 14-16% faster, 16384x1024 streamed 5-8% slower, where x's rows meet the
-  // last streamed stores of y a page apart). At SSE4 it gained 2-8% in the cache and
-  // lost 4% streamed: not taken there.
   template <bool kAhead, class Src>
   HWY_INLINE size_t AddPairs(D d, const Src& src, size_t i, size_t end, size_t ahead) {
     if constexpr (HWY_MAX_BYTES >= 64) {
       (void)d, (void)src, (void)end, (void)ahead;
       return i;
-    } else if constexpr (HWY_MAX_BYTES == 32 && !HWY_HAVE_SCALABLE && kCenter) {
+    } else if constexpr (kCenter && !HWY_HAVE_SCALABLE &&
+                         hn::MaxLanes(D()) * sizeof(float) == 32) {
       constexpr size_t kPair = 2 * kBlock;
       const size_t pair = kPair * hn::Lanes(d);
       if (i + pair > end || (blocks_ & 1)) return i;  // not after a lone block
