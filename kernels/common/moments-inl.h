@@ -83,13 +83,43 @@ HWY_INLINE void BlockMoments(D d, const Src& src, size_t i, size_t nvec, V& mean
       d, [&](size_t k) HWY_ATTR { return src.Load(d, i + k * N); }, nvec, mean, m2);
 }
 
-// The same for a full block of kVecs vectors (a power of two), loaded once and kept in
-// registers (where vectors have a size; scalable ones read the block twice from L1).
-// The hot loop of every statistics pass, so its arithmetic is balanced over the two
-// kinds of FP pipes (Zen 4 and 5 add on two, multiply and FMA on two others): the sum is
-// a pairwise tree of adds (exact for a constant lane: sums of 2^k equal values are
-// exact), half the deviations are FMAs x * 1 - mean (the same rounding as x - mean),
-// and the squares go to four accumulators so that their chains overlap.
+// The two steps of a full block's moments on vectors load(0) .. load(kVecs - 1) (kVecs
+// a power of two), each loading what it needs: the per-lane mean, then the sum of the
+// squared deviations from it (kCenter; of the squares otherwise). The hot loop of every
+// statistics pass, so its arithmetic is balanced over the two kinds of FP pipes (Zen 4
+// and 5 add on two, multiply and FMA on two others): the sum is a pairwise tree of adds
+// (exact for a constant lane: sums of 2^k equal values are exact), half the deviations
+// are FMAs x * 1 - mean (the same rounding as x - mean), and the squares go to four
+// accumulators so that their chains overlap.
+template <size_t kVecs, class D, class Load, class V = hn::Vec<D>>
+HWY_INLINE V PairwiseBlockMean(D d, const Load& load) {
+  static_assert(kVecs >= 4 && (kVecs & (kVecs - 1)) == 0, "a power of two, at least 4");
+  V sum[kVecs / 2];
+  HWY_UNROLL(32)
+  for (size_t k = 0; k < kVecs / 2; ++k) sum[k] = hn::Add(load(2 * k), load(2 * k + 1));
+  for (size_t w = kVecs / 4; w != 0; w /= 2) {
+    HWY_UNROLL(16)
+    for (size_t k = 0; k < w; ++k) sum[k] = hn::Add(sum[2 * k], sum[2 * k + 1]);
+  }
+  return hn::Mul(sum[0], hn::Set(d, 1.0f / kVecs));
+}
+
+template <bool kCenter, size_t kVecs, class D, class Load, class V = hn::Vec<D>>
+HWY_INLINE V BlockSquares(D d, const Load& load, V mean) {
+  const V one = hn::Set(d, 1.0f);
+  const V neg_mean = hn::Neg(mean);
+  V q[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
+  HWY_UNROLL(64)
+  for (size_t k = 0; k < kVecs; ++k) {
+    V e = load(k);
+    if (kCenter) e = (k & 1) ? hn::MulAdd(e, one, neg_mean) : hn::Sub(e, mean);
+    q[k % 4] = hn::MulAdd(e, e, q[k % 4]);
+  }
+  return hn::Add(hn::Add(q[0], q[1]), hn::Add(q[2], q[3]));
+}
+
+// Both steps for a full block, loaded once and kept in registers (where vectors have a
+// size; scalable ones read the block twice from L1).
 template <bool kCenter, size_t kVecs, class D, class Load, class V = hn::Vec<D>>
 HWY_INLINE void FullBlockMomentsOf(D d, const Load& load, V& mean, V& m2) {
   static_assert(kVecs >= 4 && (kVecs & (kVecs - 1)) == 0, "a power of two, at least 4");
@@ -99,64 +129,10 @@ HWY_INLINE void FullBlockMomentsOf(D d, const Load& load, V& mean, V& m2) {
   V v[kVecs];
   HWY_UNROLL(64)
   for (size_t k = 0; k < kVecs; ++k) v[k] = load(k);
-  if (kCenter) {
-    V sum[kVecs / 2];
-    HWY_UNROLL(32)
-    for (size_t k = 0; k < kVecs / 2; ++k) sum[k] = hn::Add(v[2 * k], v[2 * k + 1]);
-    for (size_t w = kVecs / 4; w != 0; w /= 2) {
-      HWY_UNROLL(16)
-      for (size_t k = 0; k < w; ++k) sum[k] = hn::Add(sum[2 * k], sum[2 * k + 1]);
-    }
-    mean = hn::Mul(sum[0], hn::Set(d, 1.0f / kVecs));
-    const V one = hn::Set(d, 1.0f);
-    const V neg_mean = hn::Neg(mean);
-    HWY_UNROLL(64)
-    for (size_t k = 0; k < kVecs; ++k) {
-      v[k] = (k & 1) ? hn::MulAdd(v[k], one, neg_mean) : hn::Sub(v[k], mean);
-    }
-  } else {
-    mean = hn::Zero(d);
-  }
-  V q[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
-  HWY_UNROLL(64)
-  for (size_t k = 0; k < kVecs; ++k) q[k % 4] = hn::MulAdd(v[k], v[k], q[k % 4]);
-  m2 = hn::Add(hn::Add(q[0], q[1]), hn::Add(q[2], q[3]));
+  const auto held = [&v](size_t k) HWY_ATTR { return v[k]; };
+  mean = kCenter ? PairwiseBlockMean<kVecs>(d, held) : hn::Zero(d);
+  m2 = BlockSquares<kCenter, kVecs>(d, held, mean);
 #endif
-}
-
-// FullBlockMomentsOf's two steps for a block of src's kVecs vectors at element i, the
-// vectors loaded again (from L1) for the second: the per-lane mean (the same pairwise
-// sum), then the squared deviations from it (the same chains).
-template <size_t kVecs, class D, class Src, class V = hn::Vec<D>>
-HWY_INLINE V ReloadedBlockMean(D d, const Src& src, size_t i) {
-  static_assert(kVecs >= 4 && (kVecs & (kVecs - 1)) == 0, "a power of two, at least 4");
-  const size_t N = hn::Lanes(d);
-  V sum[kVecs / 2];
-  HWY_UNROLL(32)
-  for (size_t k = 0; k < kVecs / 2; ++k) {
-    sum[k] = hn::Add(src.Load(d, i + 2 * k * N), src.Load(d, i + (2 * k + 1) * N));
-  }
-  for (size_t w = kVecs / 4; w != 0; w /= 2) {
-    HWY_UNROLL(16)
-    for (size_t k = 0; k < w; ++k) sum[k] = hn::Add(sum[2 * k], sum[2 * k + 1]);
-  }
-  return hn::Mul(sum[0], hn::Set(d, 1.0f / kVecs));
-}
-
-template <size_t kVecs, class D, class Src, class V = hn::Vec<D>>
-HWY_INLINE V ReloadedBlockM2(D d, const Src& src, size_t i, V mean) {
-  static_assert(kVecs >= 4 && (kVecs & (kVecs - 1)) == 0, "a power of two, at least 4");
-  const size_t N = hn::Lanes(d);
-  const V one = hn::Set(d, 1.0f);
-  const V neg_mean = hn::Neg(mean);
-  V q[4] = {hn::Zero(d), hn::Zero(d), hn::Zero(d), hn::Zero(d)};
-  HWY_UNROLL(64)
-  for (size_t k = 0; k < kVecs; ++k) {
-    const V v = src.Load(d, i + k * N);
-    const V e = (k & 1) ? hn::MulAdd(v, one, neg_mean) : hn::Sub(v, mean);
-    q[k % 4] = hn::MulAdd(e, e, q[k % 4]);
-  }
-  return hn::Add(hn::Add(q[0], q[1]), hn::Add(q[2], q[3]));
 }
 
 template <bool kCenter, size_t kVecs, class D, class Src, class V = hn::Vec<D>>
@@ -386,12 +362,16 @@ class BlockTree {
     } else if constexpr (kCenter && !HWY_HAVE_SCALABLE &&
                          hn::MaxLanes(D()) * sizeof(float) == 32) {
       constexpr size_t kPair = 2 * kBlock;
-      const size_t pair = kPair * hn::Lanes(d);
+      const size_t N = hn::Lanes(d);
+      const size_t pair = kPair * N;
       if (i + pair > end || (blocks_ & 1)) return i;  // not after a lone block
+      const auto pair_at = [&](size_t at) HWY_ATTR {
+        return [&src, d, N, at](size_t k) HWY_ATTR { return src.Load(d, at + k * N); };
+      };
       if constexpr (kAhead) {
         if (ahead != 0) PrefetchAhead(src, i, pair, ahead);
       }
-      V mean = ReloadedBlockMean<kPair>(d, src, i);
+      V mean = PairwiseBlockMean<kPair>(d, pair_at(i));
       for (;;) {
         const size_t next = i + pair;
         const bool more = next + pair <= end;
@@ -400,9 +380,9 @@ class BlockTree {
           if constexpr (kAhead) {
             if (ahead != 0) PrefetchAhead(src, next, pair, ahead);
           }
-          next_mean = ReloadedBlockMean<kPair>(d, src, next);
+          next_mean = PairwiseBlockMean<kPair>(d, pair_at(next));
         }
-        const V m2 = ReloadedBlockM2<kPair>(d, src, i, mean);
+        const V m2 = BlockSquares<kCenter, kPair>(d, pair_at(i), mean);
         AddPair(d, mean, m2);
         i = next;
         if (!more) return i;
