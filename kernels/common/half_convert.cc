@@ -16,8 +16,10 @@ namespace HWY_NAMESPACE {
 
 void Widen(HalfType type, const uint16_t* h, size_t n, float* f) {
   ForEachVector(hn::ScalableTag<float>(), 0, n, [&](auto d, size_t i) HWY_ATTR {
-    const auto v = hn::LoadU(HalfTag<decltype(d)>(), h + i);
-    hn::StoreU(type == HalfType::kBf16 ? WidenBf16(d, v) : WidenF16(d, v), d, f + i);
+    hn::StoreU(type == HalfType::kBf16
+                   ? LoadWidenBf16(d, h + i)
+                   : WidenF16(d, hn::LoadU(HalfTag<decltype(d)>(), h + i)),
+               d, f + i);
   });
 }
 

@@ -50,7 +50,7 @@ HWY_INLINE hn::Vec<D> LoadElems(D d, const float* p) {
 }
 template <class D>
 HWY_INLINE hn::Vec<D> LoadElems(D d, const hwy::bfloat16_t* p) {
-  return WidenBf16(d, hn::LoadU(HalfTag<D>(), reinterpret_cast<const uint16_t*>(p)));
+  return LoadWidenBf16(d, reinterpret_cast<const uint16_t*>(p));
 }
 template <class D>
 HWY_INLINE hn::Vec<D> LoadElems(D d, const hwy::float16_t* p) {
@@ -98,7 +98,7 @@ HWY_INLINE hn::Vec<D> RoundTo(D d, hn::Vec<D> v) {
   if constexpr (std::is_same_v<T, float>) {
     return v;
   } else if constexpr (std::is_same_v<T, hwy::bfloat16_t>) {
-    return WidenBf16(d, NarrowBf16(d, v));
+    return RoundBf16(d, v);
   } else {
     return WidenF16(d, NarrowF16(d, v));
   }
