@@ -53,9 +53,10 @@ using HalfTag = hn::Rebind<uint16_t, D>;
 // bf16 conversions are integer arithmetic (but for AVX512-BF16's narrowing), and
 // below AVX-512 their instructions outnumber the normalization's: bf16 LayerNorm at
 // AVX2 took twice the f32 kernel's time, fp16 (F16C) the f32 kernel's. So x86 below
-// AVX-512 widens with one byte shuffle (for a zero-extension and a shift), rounds
-// with a compare (for a shift) and narrows with a byte shuffle per 128-bit block (for
-// two shifts and a pack): AVX2 LayerNorm 1024x1024, 1 thread, 301 -> 264 us.
+// AVX-512 widens with one shuffle (AVX2 vpshufb, SSE4 a word unpack; for a
+// zero-extension and a shift), rounds with a compare (for a shift) and narrows with a
+// byte shuffle (for two shifts and a pack; AVX2 joins its blocks with a vpermq either
+// way): AVX2 LayerNorm 1024x1024, 1 thread, 301 -> 264 us.
 
 template <class D>
 NK_HALF_INLINE hn::Vec<D> WidenBf16(D d, hn::Vec<HalfTag<D>> h) {
