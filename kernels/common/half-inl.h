@@ -113,10 +113,10 @@ HWY_INLINE hn::Vec<HalfTag<D>> UpperHalves(D /* d */,
   return hn::DemoteTo(HalfTag<D>(), hn::BitCast(di, hn::ShiftRight<16>(u)));
 }
 
-// The 16 bits dropped are rounded into the kept ones by adding 0x7FFF plus the kept
+// v's bits with their upper halves rounded to bf16 (the lower halves are left over):
+// the 16 bits dropped are rounded into the kept ones by adding 0x7FFF plus the kept
 // lowest bit (a carry into the exponent is the right result, up to Inf); NaN keeps
 // its top payload bits with the quiet bit set, as vcvtneps2bf16 does.
-// v's bits with their upper halves rounded to bf16 (the lower halves are left over).
 template <class D>
 HWY_INLINE hn::Vec<hn::RebindToUnsigned<D>> RoundedBf16Bits(D /* d */, hn::Vec<D> v) {
   const hn::RebindToUnsigned<D> du;
