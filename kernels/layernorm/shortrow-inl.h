@@ -463,13 +463,15 @@ void ShortRowsLoop(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t
                     RealignedStream<D, T>::Fits(job.y);
   RealignedStream<D, T> out(d, job.y + r0 * job.ldy, join ? (r1 - r0) * job.cols : 0);
   RealignedStream<D, T>* joined = join ? &out : nullptr;
-  // AVX-512's rows of 16 vectors joined into one span are faster read again, three in
-  // flight, than held (65536x256 at +16 bytes: 1 thread 3.96 -> 2.92 ms, 2 threads
-  // 2.45 -> 1.98); held rows are faster elsewhere (4096x256 in the cache, +16 bytes:
-  // 172 against 195 us). RereadRows sums their squares as ShortRows does: same bits.
-  constexpr bool kRereadJoined = kJoinable && kVecs == 16;
-  if constexpr (kVecs > kMaxHeldVectors || kRereadJoined) {
-    if (kVecs > kMaxHeldVectors || join) {
+  // AVX-512's streamed rows of 16 vectors are faster read again, three in flight, than
+  // held: joined into one span (65536x256 at +16 bytes, Zen 4: 1 thread 3.96 -> 2.92
+  // ms, 2 threads 2.45 -> 1.98) and at a line (65536x256, Zen 5, 1 thread, p25 of
+  // alternating processes: 2.31-2.34 -> 2.05-2.08 ms, 131072x256 5.33 -> 4.50). Held
+  // rows are faster in the cache (4096x256 at +16 bytes: 172 against 195 us).
+  // RereadRows sums their squares as ShortRows does: same bits.
+  constexpr bool kRereadStreamed = kJoinable && kVecs == 16;
+  if constexpr (kVecs > kMaxHeldVectors || kRereadStreamed) {
+    if (kVecs > kMaxHeldVectors || join || stream) {
       RereadRows<kVecs, kCenter, T, Src>(job, src0).Run(r0, r1, stream, join, out);
       if (join) out.Finish(d);
       return;
