@@ -446,19 +446,21 @@ void ShortRowsLoop(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t
   // Streamed where every row of y starts a cache line, so that the stores fill whole
   // lines (sources-inl.h). Rows of y that follow each other off a line boundary are
   // streamed as one span (RealignedStream) where a vector is a whole line (AVX-512,
-  // fp32) and for AVX2's rows read again. LayerNorm, y at +16 bytes, 1 thread,
+  // fp32) and for rows read again whose vectors are half a line (AVX2 fp32, AVX-512
+  // half tensors). LayerNorm, y at +16 bytes, 1 thread,
   // alternating processes: 65536x256 3.0 ms against 4.0 with regular stores,
   // 262144x64 3.0 against 4.2. With two or four non-temporal stores per line the joined
   // span was slower than regular stores for rows held in registers (262144x64: AVX2 4.9
   // against 4.1 ms, SSE4 9.4 against 6.4; AVX2 with one permute per store, 6.0
   // against 4.1), but faster for AVX2's rows read again (65536x256: 3.69 -> 2.88 ms, 2
-  // threads 1.92 -> 1.54).
+  // threads 1.92 -> 1.54) and for AVX-512's bf16 / fp16 (65536x256, Zen 5: bf16
+  // 1.87-2.20 -> 1.30-1.72 ms, fp16 1.74-2.04 -> 1.23-1.26).
   const bool stream = job.stream &&
                       reinterpret_cast<uintptr_t>(job.y) % kLineBytes == 0 &&
                       job.ldy % kLineElems<T> == 0 && job.cols % kLineElems<T> == 0;
   constexpr bool kVectorIsLine = hn::MaxLanes(D()) * sizeof(T) == kLineBytes;
-  constexpr bool kJoinable = kVectorIsLine || (HWY_TARGET == HWY_AVX2 && sizeof(T) == 4 &&
-                                               kVecs > kMaxHeldVectors);
+  constexpr bool kVectorIsHalfLine = hn::MaxLanes(D()) * sizeof(T) * 2 == kLineBytes;
+  constexpr bool kJoinable = kVectorIsLine || (kVectorIsHalfLine && kVecs > 8);
   const bool join = kJoinable && job.stream && !stream && job.ldy == job.cols &&
                     RealignedStream<D, T>::Fits(job.y);
   RealignedStream<D, T> out(d, job.y + r0 * job.ldy, join ? (r1 - r0) * job.cols : 0);
@@ -466,7 +468,8 @@ void ShortRowsLoop(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t
   // AVX-512's streamed rows of 16 vectors are faster read again, three in flight, than
   // held: joined into one span (65536x256 at +16 bytes, Zen 4: 1 thread 3.96 -> 2.92
   // ms, 2 threads 2.45 -> 1.98) and at a line (65536x256, Zen 5, 1 thread, p25 of
-  // alternating processes: 2.31-2.34 -> 2.05-2.08 ms, 131072x256 5.33 -> 4.50). Held
+  // alternating processes: 2.31-2.34 -> 2.05-2.08 ms, 131072x256 5.33 -> 4.50; bf16
+  // and fp16 at a line 1.35-1.42 -> 0.83-1.37 ms, as fast as memory gives). Held
   // rows are faster in the cache (4096x256 at +16 bytes: 172 against 195 us).
   // RereadRows sums their squares as ShortRows does: same bits.
   constexpr bool kRereadStreamed = kJoinable && kVecs == 16;
