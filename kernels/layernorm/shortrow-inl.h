@@ -460,6 +460,7 @@ void ShortRowsLoop(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t
                       job.ldy % kLineElems<T> == 0 && job.cols % kLineElems<T> == 0;
   constexpr bool kVectorIsLine = hn::MaxLanes(D()) * sizeof(T) == kLineBytes;
   constexpr bool kVectorIsHalfLine = hn::MaxLanes(D()) * sizeof(T) * 2 == kLineBytes;
+  // Half a line: AVX2's fp32 rows read again (over 8 vectors), AVX-512's half rows of 16.
   constexpr bool kJoinable = kVectorIsLine || (kVectorIsHalfLine && kVecs > 8);
   const bool join = kJoinable && job.stream && !stream && job.ldy == job.cols &&
                     RealignedStream<D, T>::Fits(job.y);
