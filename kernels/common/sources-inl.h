@@ -217,6 +217,13 @@ HWY_INLINE void PrefetchAhead(const Src& src, size_t i, size_t n, size_t ahead) 
   for (size_t k = 0; k < n; k += 64 / sizeof(float)) src.Prefetch(i + k, ahead);
 }
 
+// Asks for the cache line at p into L2, not L1 (hwy::Prefetch's): for lines needed
+// after the ones L1 holds now.
+template <class T>
+HWY_INLINE void PrefetchToL2(const T* p) {
+  __builtin_prefetch(p, /*write=*/0, /*locality=*/2);  // x86: prefetcht1
+}
+
 // A lambda attribute: always inlined, for hot loops' steps the compiler might leave
 // out of line (it did, in places: rownorm-inl.h, rownorm_backward-inl.h).
 #ifndef NK_INLINE_LAMBDA

@@ -166,6 +166,16 @@ HWY_INLINE auto HoldIn(V* held) {
   return [held](auto, V v, size_t k, size_t) HWY_ATTR { held[k] = v; };
 }
 
+// Streamed dx asks for the next rows' x and dy as it goes, into L1 while a group's x
+// and dy (kRows rows of n columns) are smaller than this, into L2 from here on: both
+// groups then no longer fit in L1, and the next one's lines pushed out this one's
+// before its dx read them. AVX3, Zen 5, 1 thread, p25 in alternating processes, into
+// L1 -> into L2: fp32 16384x1024 5-10% faster at +0 and +16 bytes (2 threads within
+// 3%), 8192x2048 +16 6-21%, bf16 4096x4096 7%; where a group is smaller, into L2 cost:
+// 65536x256 4-8% slower at +16, bf16 16384x1024 2-4%. AVX2's (4096x4000 in groups,
+// 4096x4096 one row at a time) and AVX3's rows one at a time (4096x4096) within 3%.
+constexpr size_t kNextRowsToL2Bytes = 32 * 1024;
+
 // dx of kRows rows from row r on, over columns [c0, c0 + n), from their whole rows'
 // sums; with kParams, dy * x_hat and dy of each row added in row order to dgamma[0, n)
 // and dbeta[0, n) (started from 0 where `first`). Every element is computed once: dx
@@ -296,12 +306,19 @@ HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t
     const size_t lines_end = lead + (end - lead) / unit * unit;
     const auto stream = [&](auto dv, auto v, size_t k, size_t i)
                             HWY_ATTR { StreamElems(v, dv, dx[k] + i); };
+    // Into L2 where this group's x and dy fill much of L1 (kNextRowsToL2Bytes).
+    const bool to_l2 = kRows * n * 2 * sizeof(T) >= kNextRowsToL2Bytes;
     const auto lines = [&]() NK_INLINE_LAMBDA {
       for (size_t i = lead; i < lines_end; i += N) {
         if (i % kLineElems<T> < N) {
           for (size_t q = r + kRows; q < next_end; ++q) {
-            hwy::Prefetch(job.x + q * job.ldx + i);
-            hwy::Prefetch(job.dy + q * job.lddy + i);
+            if (to_l2) {
+              PrefetchToL2(job.x + q * job.ldx + i);
+              PrefetchToL2(job.dy + q * job.lddy + i);
+            } else {
+              hwy::Prefetch(job.x + q * job.ldx + i);
+              hwy::Prefetch(job.dy + q * job.lddy + i);
+            }
           }
         }
         column(d, i, stream, AllLanes());
