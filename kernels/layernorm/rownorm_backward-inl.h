@@ -167,13 +167,14 @@ HWY_INLINE auto HoldIn(V* held) {
 }
 
 // Streamed dx asks for the next rows' x and dy as it goes, into L1 while a group's x
-// and dy (kRows rows of n columns) are smaller than this, into L2 from here on: both
-// groups then no longer fit in L1, and the next one's lines pushed out this one's
-// before its dx read them. AVX3, Zen 5, 1 thread, p25 in alternating processes, into
-// L1 -> into L2: fp32 16384x1024 5-10% faster at +0 and +16 bytes (2 threads within
-// 3%), 8192x2048 +16 6-21%, bf16 4096x4096 7%; where a group is smaller, into L2 cost:
-// 65536x256 4-8% slower at +16, bf16 16384x1024 2-4%. AVX2's (4096x4000 in groups,
-// 4096x4096 one row at a time) and AVX3's rows one at a time (4096x4096) within 3%.
+// and dy (kRows rows of n columns) are smaller than this, into L2 from here on (our
+// reading: both groups then no longer fit in L1, and the next one's lines pushed out
+// this one's before its dx read them). AVX3, Zen 5, 1 thread, p25 in alternating
+// processes, into L1 -> into L2: fp32 16384x1024 5-10% faster at +0 and +16 bytes (2
+// threads within 5%), 8192x2048 +16 6-21%, bf16 4096x4096 7%; where a group is smaller,
+// into L2 cost: 65536x256 4-8% slower at +16, bf16 16384x1024 2-4%. AVX2's (4096x4000 in
+// groups, 4096x4096 one row at a time) and AVX3's rows one at a time (4096x4096) within
+// 8% either way, and within 3% at the median.
 constexpr size_t kNextRowsToL2Bytes = 32 * 1024;
 
 // dx of kRows rows from row r on, over columns [c0, c0 + n), from their whole rows'
