@@ -61,12 +61,20 @@ HWY_INLINE GradRow<kCenter, TensorSource<T>> GradRowOf(const RowGradJobT<T>& job
           job.rstd[r]};
 }
 
+// The longest fp32 rows (or chunks of rows) whose dx goes kGradGroupRows rows at a time
+// where a vector spans a line (GradRowsT).
+constexpr size_t kGroupedGradCols = 2048;
+
 // Calls fn(row) with row r's GradRow for the sums of its elements [c0, c0 + n), x and
 // dy each read as line pairs where that reads the same values faster: fp32 at a
 // misaligned address, as the forwards' statistics (WithStatsSource), in rows that come
-// from the cache. (Streamed from memory, the permutes cost more than the split loads:
-// 65536x256 at +16 bytes, AVX3, 1 thread, 8.1 -> 7.4 ms without them.) The dx pass
-// needs none: its loads are aligned where dx lies at dy's and x's offset.
+// from the cache, and in streamed rows longer than kGroupedGradCols. (Streamed rows in
+// groups paid for the permutes more than for the split loads: 65536x256 at +16 bytes,
+// AVX3, 1 thread, Zen 4, 8.1 -> 7.4 ms without them; Zen 5, 65536x256 and 8192x2048,
+// 0-2% faster without. The longer rows, which go one at a time, gained: +16 bytes,
+// calls alternating in one process, 1 thread: 4096x4096 4-6%, 64x262144 (in chunks)
+// 3%, 2048x8192 0-1%; 2 threads 4096x4096 1%. The same bits.)
+// The dx pass needs none: its loads are aligned where dx lies at dy's and x's offset.
 template <bool kCenter, class T, class Fn>
 HWY_INLINE void WithGradSumsRow(const RowGradJobT<T>& job, size_t r, size_t c0, size_t n,
                                 const Fn& fn) {
@@ -77,7 +85,7 @@ HWY_INLINE void WithGradSumsRow(const RowGradJobT<T>& job, size_t r, size_t c0, 
     // ld * rows), else as they are.
     const auto paired = [&](const float* p, const float* p0, size_t ld,
                             const auto& fn2) NK_INLINE_LAMBDA {
-      if (!job.stream &&
+      if ((!job.stream || n > kGroupedGradCols) &&
           LinePairSource::Fits(p, c0, n, p0, p0 + (job.rows - 1) * ld + job.cols)) {
         return fn2(LinePairSource(p));
       }
@@ -408,10 +416,6 @@ HWY_INLINE size_t SumsAhead(const RowGradJobT<T>& job) {
   const bool split = addresses % vector_bytes != 0;
   return FloatVectorSpansLine() || split ? kCacheAheadBytes : 0;
 }
-
-// The longest fp32 rows (or chunks of rows) whose dx goes kGradGroupRows rows at a time
-// where a vector spans a line (GradRowsT).
-constexpr size_t kGroupedGradCols = 2048;
 
 // grad_rows of the kernel table for one variant: groups of kGradGroupRows rows, then
 // the rest one by one; each group's sums first (here, or given), then its dx.
