@@ -174,15 +174,16 @@ HWY_INLINE auto HoldIn(V* held) {
   return [held](auto, V v, size_t k, size_t) HWY_ATTR { held[k] = v; };
 }
 
-// Streamed dx asks for the next rows' x and dy as it goes, into L1 while a group's x
-// and dy (kRows rows of n columns) are smaller than this, into L2 from here on (our
-// reading: both groups then no longer fit in L1, and the next one's lines pushed out
-// this one's before its dx read them). AVX3, Zen 5, 1 thread, p25 in alternating
-// processes, into L1 -> into L2: fp32 16384x1024 5-10% faster at +0 and +16 bytes (2
-// threads within 5%), 8192x2048 +16 6-21%, bf16 4096x4096 7%; where a group is smaller,
-// into L2 cost: 65536x256 4-8% slower at +16, bf16 16384x1024 2-4%. AVX2's (4096x4000 in
-// groups, 4096x4096 one row at a time) and AVX3's rows one at a time (4096x4096) within
-// 8% either way, and within 3% at the median.
+// Streamed dx asks for the next rows' x and dy as it goes: into L1, but into L2 for the
+// groups of AVX-512 (a vector spans a line) whose x and dy (kRows rows of n columns)
+// reach this size (our reading: two such groups no longer fit in L1, and the next
+// one's lines pushed out this one's before its dx read them). AVX3, Zen 5, 1 thread,
+// p25 in alternating processes, into L1 -> into L2: fp32 16384x1024 5-10% faster at +0
+// and +16 bytes (2 threads within 5%), 8192x2048 +16 6-21%, bf16 4096x4096 7%; where a
+// group is smaller, into L2 cost: 65536x256 4-8% slower at +16, bf16 16384x1024 2-4%.
+// Rows one at a time gained nothing (AVX3 4096x4096 within 3%) and AVX2's lost (4096 and
+// 8192 columns, both libraries in one process: 2-10% slower); AVX2's groups (4096x4000)
+// within 4%.
 constexpr size_t kNextRowsToL2Bytes = 32 * 1024;
 
 // dx of kRows rows from row r on, over columns [c0, c0 + n), from their whole rows'
@@ -315,8 +316,8 @@ HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t
     const size_t lines_end = lead + (end - lead) / unit * unit;
     const auto stream = [&](auto dv, auto v, size_t k, size_t i)
                             HWY_ATTR { StreamElems(v, dv, dx[k] + i); };
-    // Into L2 where this group's x and dy fill much of L1 (kNextRowsToL2Bytes).
-    const bool to_l2 = kRows * n * 2 * sizeof(T) >= kNextRowsToL2Bytes;
+    const bool to_l2 = kRows > 1 && FloatVectorSpansLine() &&
+                       kRows * n * 2 * sizeof(T) >= kNextRowsToL2Bytes;
     const auto lines = [&]() NK_INLINE_LAMBDA {
       for (size_t i = lead; i < lines_end; i += N) {
         if (i % kLineElems<T> < N) {
