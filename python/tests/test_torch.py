@@ -2,6 +2,7 @@
 """normkernels.torch: gradients against PyTorch's own in float64 within a bound derived
 from design.md's, training against torch.nn.LayerNorm, the modules as PyTorch's, and
 what is refused or handed to PyTorch (fallback=True)."""
+import contextlib
 import copy
 
 import numpy as np
@@ -163,6 +164,31 @@ def test_modules_are_pytorchs():
         np.testing.assert_array_equal(y.detach().numpy(), want_y)
         np.testing.assert_array_equal(s.detach().numpy(), want_s)
     assert "fallback=True" in repr(nkt.RMSNorm(8, fallback=True))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_forwards_without_gradients_are_the_same(name):
+    """Where nothing needs a gradient (torch.no_grad, torch.inference_mode, or no input
+    requiring one), the forward runs without autograd's Function: y (and s) bit for
+    bit those of the forward that saves for a backward, on contiguous and row-strided
+    x, and nothing in them requires a gradient."""
+    fused = name.startswith("add")
+    buffer = torch.from_numpy(data((6, 48), 1, offset=2.0))
+    residual = torch.from_numpy(data((6, 33), 2)) if fused else None
+    w, b = torch.from_numpy(data((33,), 3)), torch.from_numpy(data((33,), 4))
+    for cut in (lambda t: t[:, :33].contiguous(), lambda t: t[:, 5:38]):
+        x = cut(buffer)
+        want = call(name, cut(buffer.clone().requires_grad_()), residual,
+                    w.clone().requires_grad_(), b.clone().requires_grad_(), 1e-5)
+        want = want if fused else (want,)
+        assert all(t.requires_grad for t in want)
+        for context in (torch.no_grad, torch.inference_mode, contextlib.nullcontext):
+            with context():
+                got = call(name, x, residual, w, b, 1e-5)
+            got = got if fused else (got,)
+            assert len(got) == len(want)
+            for g, t in zip(got, want):
+                assert not g.requires_grad and torch.equal(g, t.detach())
 
 
 def test_gradient_of_one_output_of_the_fused_forms():

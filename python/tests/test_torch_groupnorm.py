@@ -4,6 +4,8 @@ and bias against torch.nn's in float64 within bounds derived from design.md's, i
 memory formats; InstanceNorm's running statistics; the modules as PyTorch's
 (state_dict included); channels_last read where it lies; what is refused or handed to
 PyTorch (fallback=True)."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -192,6 +194,25 @@ def test_modules_are_pytorchs():
             assert ours.state_dict().keys() == theirs.state_dict().keys()
             assert repr(ours) == repr(theirs)
             ours.load_state_dict(theirs.state_dict())
+
+
+@pytest.mark.parametrize("shape, groups, channels_last", CASES[1:5])
+def test_forwards_without_gradients_are_the_same(shape, groups, channels_last):
+    """Where nothing needs a gradient (torch.no_grad, torch.inference_mode, or no input
+    requiring one), GroupNorm and InstanceNorm run the library's forward alone: y bit
+    for bit that of the forward that saves for a backward, in x's layout, requiring no
+    gradient."""
+    x = in_layout(data(shape, 1, offset=1.5), channels_last)
+    w, b = (torch.from_numpy(data((shape[1],), k)) for k in (2, 3))
+    for fn, args in ((nkt.group_norm, (groups, w, b)),
+                     (nkt.instance_norm, (None, None, w, b))):
+        want = fn(x.clone().requires_grad_(), *args)
+        assert want.requires_grad
+        for context in (torch.no_grad, torch.inference_mode, contextlib.nullcontext):
+            with context():
+                got = fn(x, *args)
+            assert not got.requires_grad and got.stride() == want.stride()
+            assert torch.equal(got, want.detach())
 
 
 def test_unbatched_instance_norm_input():

@@ -90,6 +90,25 @@ def _gradients(ctx, dy):
 
 _GroupNorm.backward = backward_once(_gradients)
 
+
+def _norm(x, weight, bias, plan):
+    """y of x by plan (_plan's): through _GroupNorm where a gradient may be wanted,
+    else the library's forward alone, keeping no statistics (as batch_norm's
+    inference): 1x512x7x7 G32 under torch.no_grad, 1 thread, 11.4 -> 8.9 us a call of
+    the module (torch.nn.GroupNorm 13.7-14.0)."""
+    weight, bias = parameter(weight), parameter(bias)
+    if torch.is_grad_enabled() and (x.requires_grad or weight is not None and
+                                    weight.requires_grad or bias is not None and
+                                    bias.requires_grad):
+        return _GroupNorm.apply(x, weight, bias, plan)
+    n, c, spatial, groups, layout, eps = plan
+    y = torch.empty_like(x)  # x's strides: its layout
+    if x.numel():
+        _check(kernels(x).groupnorm_forward(n, c, spatial, groups, layout, x.data_ptr(),
+                                            address(weight), address(bias), eps,
+                                            y.data_ptr(), None, None))
+    return y
+
 _NAMES = "input", "weight", "bias"
 # The dtypes the library takes (one_dtype's message).
 _RULE = "weight and bias of input's dtype or float32"
@@ -106,7 +125,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5, *, fallback=
                           (("weight", weight), ("bias", bias)), _RULE, "input")):
         return F.group_norm(input, num_groups, weight, bias, eps)
     x, plan = _plan(input, num_groups, weight, bias, eps)
-    return _GroupNorm.apply(x, parameter(weight), parameter(bias), plan)
+    return _norm(x, weight, bias, plan)
 
 
 def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None,
@@ -141,7 +160,7 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     if (running_mean is not None or running_var is not None) and x.numel():
         _update_running(x, plan, running_mean, running_var,
                         _args.float32(momentum, "momentum"))
-    return _GroupNorm.apply(x, parameter(weight), parameter(bias), plan)
+    return _norm(x, weight, bias, plan)
 
 
 def _update_running(x, plan, running_mean, running_var, momentum):
