@@ -109,6 +109,7 @@ def _norm(x, weight, bias, plan):
                                             y.data_ptr(), None, None))
     return y
 
+
 _NAMES = "input", "weight", "bias"
 # The dtypes the library takes (one_dtype's message).
 _RULE = "weight and bias of input's dtype or float32"
