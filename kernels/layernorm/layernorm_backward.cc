@@ -25,21 +25,31 @@ namespace {
 size_t PartRows(size_t rows) { return rows >= 512 ? 32 : rows >= 64 ? 16 : 4; }
 
 // partial[p * cols + j] over parts p, added pairwise in place (part p takes part
-// p + s at s = 1, 2, 4, ...), into out[j] (nullptr: not wanted); columns split among
-// threads.
+// p + s at s = 1, 2, 4, ...), the last addition written to out[j]; nothing where out
+// is nullptr (not wanted: RMSNorm's dbeta). Columns split among threads. (The last
+// addition in place, then copied to out: AVX3, 1 thread, both libraries in one
+// process, 8x4096 5-10% slower, 16x3000 4-7%, 4 MiB within 1%.)
 void MergeParts(int threads, float* partial, size_t parts, size_t cols, float* out) {
+  if (out == nullptr) return;
   constexpr size_t kColumns = 1024;
   const size_t blocks = (cols + kColumns - 1) / kColumns;
   ParallelFor(static_cast<int>(std::min<size_t>(threads, blocks)), blocks, [&](size_t b) {
     const size_t j0 = b * kColumns, j1 = std::min(cols, j0 + kColumns);
-    for (size_t s = 1; s < parts; s *= 2) {
+    if (parts == 1) {
+      std::copy(partial + j0, partial + j1, out + j0);
+      return;
+    }
+    size_t s = 1;
+    for (; 2 * s < parts; s *= 2) {
       for (size_t p = 0; p + s < parts; p += 2 * s) {
         float* to = partial + p * cols;
         const float* from = partial + (p + s) * cols;
         for (size_t j = j0; j < j1; ++j) to[j] += from[j];
       }
     }
-    if (out != nullptr) std::copy(partial + j0, partial + j1, out + j0);
+    // The last level (part 0 takes part s) into out.
+    const float* from = partial + s * cols;
+    for (size_t j = j0; j < j1; ++j) out[j] = partial[j] + from[j];
   });
 }
 
