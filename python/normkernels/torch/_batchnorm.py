@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from .. import _CHANNEL_NORMS, _args, _check
 from ._tensors import F32, TYPES, FallbackModule, address, backward_once, channel_layout
-from ._tensors import gradient, one_dtype, ours, parameter
+from ._tensors import gradient, needs_grad, one_dtype, ours, parameter
 
 NAMES = "input", "running_mean", "running_var", "weight", "bias"
 # The dtypes the library takes (one_dtype's message), as PyTorch's BatchNorm: float32
@@ -162,9 +162,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
                             momentum, eps)
     x, p = plan(input, running_mean, running_var, weight, bias, training, momentum, eps)
     weight, bias = parameter(weight), parameter(bias)
-    if training or torch.is_grad_enabled() and (
-            x.requires_grad or weight is not None and weight.requires_grad
-            or bias is not None and bias.requires_grad):
+    if training or needs_grad(x, weight, bias):
         y = _BatchNorm.apply(x, weight, bias, p)
         store_running(p, running_mean, running_var)
         return y

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from .. import _NCHW, _args, _check
 from ._batchnorm import batch_norm, kernels, taken
 from ._tensors import F32, FallbackModule, address, backward_once, channel_layout
-from ._tensors import gradient, one_dtype, ours, parameter
+from ._tensors import gradient, needs_grad, one_dtype, ours, parameter
 
 
 def _shape(input):
@@ -54,14 +54,10 @@ class _GroupNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, plan):
-        n, c, spatial, groups, layout, eps = plan
-        y = torch.empty_like(x)  # x's strides: its layout
+        n, _, _, groups, _, _ = plan
         stats = torch.empty(2 * n * groups, dtype=F32)  # mean, rstd: [n * groups] each
-        if x.numel():
-            mean = stats.data_ptr()
-            _check(kernels(x).groupnorm_forward(
-                n, c, spatial, groups, layout, x.data_ptr(), address(weight),
-                address(bias), eps, y.data_ptr(), mean, mean + 4 * n * groups))
+        mean = stats.data_ptr()
+        y = _forward(x, weight, bias, plan, mean, mean + 4 * n * groups)
         ctx.save_for_backward(x, weight)
         ctx.stats = stats
         ctx.plan = plan
@@ -91,23 +87,28 @@ def _gradients(ctx, dy):
 _GroupNorm.backward = backward_once(_gradients)
 
 
+def _forward(x, weight, bias, plan, mean=None, rstd=None):
+    """y of the library's forward by plan (_plan's), in x's layout; mean and rstd: the
+    addresses the statistics go to, or None (not kept). An empty tensor reaches no
+    library call."""
+    n, c, spatial, groups, layout, eps = plan
+    y = torch.empty_like(x)  # x's strides: its layout
+    if x.numel():
+        _check(kernels(x).groupnorm_forward(n, c, spatial, groups, layout, x.data_ptr(),
+                                            address(weight), address(bias), eps,
+                                            y.data_ptr(), mean, rstd))
+    return y
+
+
 def _norm(x, weight, bias, plan):
     """y of x by plan (_plan's): through _GroupNorm where a gradient may be wanted,
     else the library's forward alone, keeping no statistics (as batch_norm's
     inference): 1x512x7x7 G32 under torch.no_grad, 1 thread, 11.4 -> 8.9 us a call of
     the module (torch.nn.GroupNorm 13.7-14.0)."""
     weight, bias = parameter(weight), parameter(bias)
-    if torch.is_grad_enabled() and (x.requires_grad or weight is not None and
-                                    weight.requires_grad or bias is not None and
-                                    bias.requires_grad):
+    if needs_grad(x, weight, bias):
         return _GroupNorm.apply(x, weight, bias, plan)
-    n, c, spatial, groups, layout, eps = plan
-    y = torch.empty_like(x)  # x's strides: its layout
-    if x.numel():
-        _check(kernels(x).groupnorm_forward(n, c, spatial, groups, layout, x.data_ptr(),
-                                            address(weight), address(bias), eps,
-                                            y.data_ptr(), None, None))
-    return y
+    return _forward(x, weight, bias, plan)
 
 
 _NAMES = "input", "weight", "bias"

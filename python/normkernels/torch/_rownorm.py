@@ -8,8 +8,8 @@ from .. import _args
 from .. import _backward_call, _forward_call, _split_rows
 from ._tensors import F32 as _F32
 from ._tensors import TYPES as _TYPES
-from ._tensors import FallbackModule, backward_once, one_dtype, ours, parameter
-from ._tensors import refuse_unless_fallback, strided
+from ._tensors import FallbackModule, backward_once, needs_grad, one_dtype, ours
+from ._tensors import parameter, refuse_unless_fallback, strided
 
 
 def _rows(t, lead_ndim, cols):
@@ -42,29 +42,37 @@ class _RowNorm(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, residual, weight, bias, plan):
-        center, eps, norm, rows, cols, ldx, ldr = plan
+        center, _, norm, rows, cols, ldx, _ = plan
         ctx.set_materialize_grads(False)  # an unused output's gradient stays None
-        fused = residual is not None
-        y = _new(x)
-        s = _new(x) if fused else None
         # mean and rstd (rrms) in one tensor, one value a row each
         stats = torch.empty(2 * rows if center else rows, dtype=_F32)
         mean = stats.data_ptr()
         rstd = mean + 4 * rows if center else mean
-        _forward_call(_TYPES[x.dtype], center, fused, rows, cols, x.data_ptr(), ldx,
-                      None if residual is None else residual.data_ptr(), ldr,
-                      None if weight is None else weight.data_ptr(),
-                      None if bias is None else bias.data_ptr(), eps,
-                      None if s is None else s.data_ptr(), cols, y.data_ptr(), cols, mean,
-                      rstd)
+        y, s = _forward(x, residual, weight, bias, plan, mean, rstd)
         ctx.stats = stats  # ours: nothing else sees it
-        if not fused:
+        if s is None:
             ctx.save_for_backward(x, weight)
-            ctx.plan = center, fused, norm, rows, cols, ldx, mean, rstd
+            ctx.plan = center, False, norm, rows, cols, ldx, mean, rstd
             return y
         ctx.save_for_backward(s, weight)
-        ctx.plan = center, fused, norm, rows, cols, cols, mean, rstd
+        ctx.plan = center, True, norm, rows, cols, cols, mean, rstd
         return y, s
+
+
+def _forward(x, residual, weight, bias, plan, mean=None, rstd=None):
+    """(y, s) of the library's forward by plan (_RowNorm's), s None without residual;
+    mean and rstd: the addresses the statistics go to, or None (not kept)."""
+    center, eps, _, rows, cols, ldx, ldr = plan
+    y = _new(x)
+    s = None if residual is None else _new(x)
+    _forward_call(_TYPES[x.dtype], center, s is not None, rows, cols, x.data_ptr(), ldx,
+                  None if residual is None else residual.data_ptr(), ldr,
+                  None if weight is None else weight.data_ptr(),
+                  None if bias is None else bias.data_ptr(), eps,
+                  None if s is None else s.data_ptr(), cols, y.data_ptr(), cols, mean,
+                  rstd)
+    return y, s
+
 
 def _gradients(ctx, dy, dsum=None):
     """The gradients of _RowNorm's inputs from those of y (dy) and s (dsum). dy and
@@ -137,25 +145,15 @@ def _norm(function, center, x, residual, normalized_shape, weight, bias, eps,
     residual, ldr = (None, cols) if residual is None else _rows(residual, len(lead),
                                                                cols)
     weight, bias = parameter(weight), parameter(bias)
-    if torch.is_grad_enabled() and (x.requires_grad or weight is not None and
-                                    weight.requires_grad or bias is not None and
-                                    bias.requires_grad or residual is not None and
-                                    residual.requires_grad):
-        return _RowNorm.apply(x, residual, weight, bias,
-                              (center, eps, norm, rows, cols, ldx, ldr))
+    plan = center, eps, norm, rows, cols, ldx, ldr
+    if needs_grad(x, residual, weight, bias):
+        return _RowNorm.apply(x, residual, weight, bias, plan)
     # Nothing to differentiate (inference, torch.no_grad): the library's forward alone,
     # without autograd's Function and the statistics it would save, as batch_norm's
     # inference. A decoding step's 1x4096 under torch.no_grad, 1 thread, best of 15
     # batches: LayerNorm module 8.6 -> 6.1 us a call (torch.nn.LayerNorm 4.4).
-    y = _new(x)
-    s = None if residual is None else _new(x)
-    _forward_call(_TYPES[x.dtype], center, residual is not None, rows, cols,
-                  x.data_ptr(), ldx, None if residual is None else residual.data_ptr(),
-                  ldr, None if weight is None else weight.data_ptr(),
-                  None if bias is None else bias.data_ptr(), eps,
-                  None if s is None else s.data_ptr(), cols, y.data_ptr(), cols, None,
-                  None)
-    return y if residual is None else (y, s)
+    y, s = _forward(x, residual, weight, bias, plan)
+    return y if s is None else (y, s)
 
 
 # The dtypes the library takes (one_dtype's message): weight and bias as PyTorch's

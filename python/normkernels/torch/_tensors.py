@@ -125,6 +125,18 @@ def backward_once(gradients):
     return staticmethod(backward)
 
 
+def needs_grad(*tensors):
+    """Whether autograd records a call on these tensors (None for none): grad mode on
+    and one of them requiring a gradient. Where it does not, the functions call the
+    library's forward alone, keeping nothing for a backward."""
+    if not torch.is_grad_enabled():
+        return False
+    for t in tensors:
+        if t is not None and t.requires_grad:
+            return True
+    return False
+
+
 def address(t):
     """The address of t's data, or None (NULL) for None."""
     return None if t is None else t.data_ptr()
