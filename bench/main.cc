@@ -3,8 +3,8 @@
 // threads, their arrays on a 64-byte boundary and 16 bytes past one, beside the copy
 // baseline and oneDNN capped at the same ISA in the same run.
 //
-//   bench_normkernels [--full] [--nk_isas=LIST] [--nk_processes] [--nk_json=PATH]
-//                     [--nk_verify[=MIB]] [Google Benchmark flags]
+//   bench_normkernels [--full] [--nk_isas=LIST] [--nk_processes] [--nk_rounds=K]
+//                     [--nk_json=PATH] [--nk_verify[=MIB]] [Google Benchmark flags]
 //
 // oneDNN's ISA is set once per process, so a run is one process per oneDNN ISA:
 // --nk_processes prints their --nk_isas, one line each (this CPU's AVX3, AVX2 and
@@ -15,7 +15,9 @@
 // The default is a quick selection (the cells of the documentation's table, and the
 // plot's size sweeps); --full registers every kernel x shape. After Google
 // Benchmark's lines it prints a table of the cases (medians, spreads, ratios), or
-// with --nk_json writes it to PATH for scripts/bench_report.py. --nk_verify runs each
+// with --nk_json writes it to PATH for scripts/bench_report.py. --nk_rounds=K (default
+// 1) measures every case K times, each time beside its baselines (RunRounds), in
+// place of Google Benchmark's repetitions, which this refuses. --nk_verify runs each
 // case once and checks it wrote exactly the elements its bytes count, instead of
 // timing; --nk_verify=MIB only the cases that move at most MIB MiB per call (under an
 // emulator, where the largest take minutes).
@@ -84,6 +86,7 @@ int main(int argc, char** argv) {
   Selection s;
   std::string json, isas_arg;
   bool verify = false, processes = false;
+  int rounds = 1;
   double verify_bytes = HUGE_VAL;
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
@@ -93,6 +96,28 @@ int main(int argc, char** argv) {
       isas_arg = argv[i] + 10;
     } else if (std::strcmp(argv[i], "--nk_processes") == 0) {
       processes = true;
+    } else if (std::strncmp(argv[i], "--nk_rounds=", 12) == 0) {
+      char* end = nullptr;
+      const long k = std::strtol(argv[i] + 12, &end, 10);
+      if (end == argv[i] + 12 || *end != '\0' || k < 1 || k > 1000) {
+        std::fprintf(stderr,
+                     "bench_normkernels: %s: K must be a whole number from 1 to "
+                     "1000\n",
+                     argv[i]);
+        return 2;
+      }
+      rounds = static_cast<int>(k);
+    } else if (std::strncmp(argv[i], "--benchmark_repetitions", 23) == 0 ||
+               std::strncmp(argv[i], "--benchmark_enable_random_interleaving", 38) == 0 ||
+               std::strncmp(argv[i], "--benchmark_out", 15) == 0) {
+      // Each case runs beside its baselines (RunRounds), one Google Benchmark run at
+      // a time: repetitions would be taken apart from them, and each run rewrites
+      // --benchmark_out.
+      std::fprintf(stderr,
+                   "bench_normkernels: %s: not with this suite: repeat with "
+                   "--nk_rounds=K, write the results with --nk_json=PATH\n",
+                   argv[i]);
+      return 2;
     } else if (std::strncmp(argv[i], "--nk_json=", 10) == 0) {
       json = argv[i] + 10;
     } else if (std::strcmp(argv[i], "--nk_verify") == 0) {
@@ -130,10 +155,7 @@ int main(int argc, char** argv) {
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 1;
-  auto reporter = MakeReporter(json, s.isas, onednn_isa);
-  // Where the filter matched nothing, Google Benchmark reports nothing: the summary
-  // still says so (no cases), for a script merging the processes' JSON.
-  if (benchmark::RunSpecifiedBenchmarks(reporter.get()) == 0) reporter->Finalize();
+  RunRounds(rounds, json, s.isas, onednn_isa);
   benchmark::Shutdown();
   return 0;
 }

@@ -1,13 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 """reporting.py: what scripts/bench_report.py and bench/torch_compare.py share: the
-spread of a case's repetitions, the warning that the machine was busy, and the
+spread of a case's repetitions or rounds, the warning that the machine was busy, and the
 rewriting of a document's generated section between its markers."""
 import os
 import re
 import statistics
 import sys
 
-# Repetitions that vary by more than this (coefficient of variation: standard deviation
+# Measurements that vary by more than this (coefficient of variation: standard deviation
 # over mean) were measured on a busy machine. On a loaded 2-core VM spreads reached
 # 127% and 2-thread figures came out 40x too slow.
 MAX_CV = 0.15
@@ -27,7 +27,7 @@ def busy_warning(cvs):
         return ""
     worst = max(over, key=over.get)
     return (f"WARNING: the machine was busy: {len(over)} of {len(cvs)} measurements "
-            f"varied by more than {MAX_CV:.0%} between repetitions (worst: {worst}, "
+            f"varied by more than {MAX_CV:.0%} from run to run (worst: {worst}, "
             f"{over[worst]:.0%}); measure again on an idle machine before trusting "
             "these figures")
 

@@ -1,17 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
-// suite.cc: registry, buffers, copy baselines, and the reporter (ratios from the
-// medians of one process's run, each with its spread; a table or a JSON summary).
+// suite.cc: registry, buffers, copy baselines, and the rounds (each case beside its
+// baselines; ratios as medians of the rounds' ratios, each with its spread; a table or
+// a JSON summary).
 #include "suite.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <memory>
-#include <set>
+#include <regex>
+#include <sstream>
+#include <utility>
 
 #include "copy_baseline.h"
 
@@ -210,13 +213,36 @@ const float* Beta(size_t n, size_t offset) {
 
 namespace {
 
-struct Row {
-  std::string name;
-  Case c;
-  double bps, copy_bps, onednn_bps;
-  double cv, copy_cv, onednn_cv;  // spreads of the three over the repetitions
-  std::string onednn_impl;
+// A case's measurements in one round: its own and, run right after it, its baselines'
+// (0 where a baseline is missing).
+struct Round {
+  double bps, memcpy_bps, nt_bps, onednn_bps;
+  double copy_bps() const { return std::max(memcpy_bps, nt_bps); }  // the faster copy
 };
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t h = v.size() / 2;
+  return v.size() % 2 ? v[h] : (v[h - 1] + v[h]) / 2;
+}
+
+// Sample standard deviation over mean, as Google Benchmark's cv; 0 for one value.
+double Cv(const std::vector<double>& v) {
+  if (v.size() < 2) return 0.0;
+  double mean = 0, ss = 0;
+  for (double x : v) mean += x / v.size();
+  for (double x : v) ss += (x - mean) * (x - mean);
+  return mean > 0 ? std::sqrt(ss / (v.size() - 1)) / mean : 0.0;
+}
+
+// f applied to each round, as a list.
+template <class F>
+std::vector<double> Each(const std::vector<Round>& rounds, F f) {
+  std::vector<double> v;
+  for (const Round& r : rounds) v.push_back(f(r));
+  return v;
+}
 
 // A JSON array of strings.
 std::string JsonList(const std::vector<std::string>& items) {
@@ -225,139 +251,199 @@ std::string JsonList(const std::vector<std::string>& items) {
   return s + "]";
 }
 
-class SuiteReporter : public benchmark::ConsoleReporter {
+// Google Benchmark's console lines, its context once (it reports it on every call of
+// RunSpecifiedBenchmarks), and each run's bytes/s kept for the caller.
+class RoundReporter : public benchmark::ConsoleReporter {
  public:
-  SuiteReporter(std::string json_path, std::vector<std::string> isas,
-                std::string onednn_isa)
-      : json_path_(std::move(json_path)),
-        isas_(std::move(isas)),
-        onednn_isa_(std::move(onednn_isa)) {}
+  bool ReportContext(const Context& context) override {
+    if (reported_context_) return true;
+    reported_context_ = true;
+    return ConsoleReporter::ReportContext(context);
+  }
 
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
-    // The median of the repetitions where there are several (kernels and copies
-    // alike: this machine's run-to-run spread is large), else the single run; and
-    // their coefficient of variation, which says whether the machine was busy.
     for (const Run& r : runs) {
-      if (r.error_occurred) continue;
+      if (r.error_occurred || r.run_type != Run::RT_Iteration) continue;
       auto it = r.counters.find("bytes_per_second");
-      if (it == r.counters.end()) continue;
-      const std::string& name = r.run_name.function_name;
-      repetitions_ = std::max(repetitions_, r.repetitions);
-      const bool aggregate = r.run_type == Run::RT_Aggregate;
-      if (aggregate && r.aggregate_name == "cv") {
-        cv_[name] = it->second.value;
-      } else if (aggregate && r.aggregate_name == "median") {
-        bps_[name] = it->second.value;
-        medians_.insert(name);
-      } else if (!aggregate && !medians_.count(name)) {
-        bps_[name] = it->second.value;
-      }
+      if (it != r.counters.end()) bps_[r.run_name.function_name] = it->second.value;
     }
   }
 
-  void Finalize() override {
-    ConsoleReporter::Finalize();
-    std::vector<Row> rows;
-    for (const auto& [name, c] : Cases()) {
-      if (c.copy.empty() || !bps_.count(name)) continue;
-      // The faster of the two copies is the baseline.
-      const std::string plain = "copy_memcpy/" + c.copy, nt = "copy_nt/" + c.copy;
-      const std::string& copy = Get(bps_, plain) >= Get(bps_, nt) ? plain : nt;
-      const bool dnnl = !c.onednn.empty();
-      rows.push_back({name, c, bps_[name], Get(bps_, copy),
-                      dnnl ? Get(bps_, c.onednn) : 0.0, Get(cv_, name), Get(cv_, copy),
-                      dnnl ? Get(cv_, c.onednn) : 0.0,
-                      dnnl ? Cases()[c.onednn].impl : ""});
-    }
-    // With a JSON summary, scripts/bench_report.py prints the table (and warns when
-    // the spreads say the machine was busy).
-    if (json_path_.empty()) {
-      PrintTable(rows);
-    } else {
-      WriteJson(rows);
-    }
-  }
+  // The bytes/s of the runs since the last call, by benchmark name.
+  std::map<std::string, double> Take() { return std::exchange(bps_, {}); }
 
  private:
-  static double Get(const std::map<std::string, double>& m, const std::string& name) {
-    auto it = m.find(name);
-    return it == m.end() ? 0.0 : it->second;
-  }
-
-  void PrintTable(const std::vector<Row>& rows) const {
-    std::printf("\n%-22s %-22s %-7s %3s %3s %8s %5s %7s %8s\n", "kernel", "shape", "ISA",
-                "off", "thr", "GB/s", "cv %", "x copy", "x oneDNN");
-    for (const Row& r : rows) {
-      std::printf("%-22s %-22s %-7s %3zu %3d %8.1f %5.1f %7.2f", r.c.kernel.c_str(),
-                  r.c.shape.c_str(), r.c.isa.c_str(), r.c.offset, r.c.threads,
-                  r.bps * 1e-9, r.cv * 100, r.copy_bps > 0 ? r.bps / r.copy_bps : 0.0);
-      if (r.onednn_bps > 0) {
-        std::printf(" %8.2f\n", r.bps / r.onednn_bps);
-      } else {
-        std::printf(" %8s\n", "-");
-      }
-    }
-    if (!onednn_isa_.empty()) std::printf("oneDNN ran at %s\n", onednn_isa_.c_str());
-  }
-
-  void WriteJson(const std::vector<Row>& rows) const {
-    std::ofstream out(json_path_);
-    out.precision(17);
-    std::string process;  // names this process's baselines in a merge of processes
-    for (const std::string& isa : isas_) process += (process.empty() ? "" : ",") + isa;
-    out << "{\n  \"repetitions\": " << repetitions_ << ",\n  \"isas\": "
-        << JsonList(isas_) << ",\n  \"onednn_isa\": \"" << onednn_isa_
-        << "\",\n  \"cases\": [\n";
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const Row& r = rows[i];
-      const bool dnnl = r.onednn_bps > 0;
-      out << "    {\"name\": \"" << r.name << "\", \"kernel\": \"" << r.c.kernel
-          << "\", \"shape\": \"" << r.c.shape << "\", \"isa\": \"" << r.c.isa
-          << "\", \"offset\": " << r.c.offset << ", \"threads\": " << r.c.threads
-          << ", \"group\": \"" << r.c.group << "\", \"main\": "
-          << (r.c.main ? "true" : "false")
-          << ", \"bytes\": " << static_cast<long long>(r.c.bytes)
-          << ", \"bytes_per_second\": " << r.bps
-          << ", \"copy_bytes_per_second\": " << r.copy_bps
-          << ", \"onednn_bytes_per_second\": " << r.onednn_bps
-          << ", \"x_copy\": " << (r.copy_bps > 0 ? r.bps / r.copy_bps : 0.0)
-          << ", \"x_onednn\": " << (dnnl ? r.bps / r.onednn_bps : 0.0)
-          << ", \"cv\": " << r.cv << ", \"copy_cv\": " << r.copy_cv
-          << ", \"onednn_cv\": " << r.onednn_cv << ", \"onednn_isa\": \""
-          << (dnnl ? onednn_isa_ : "") << "\", \"onednn_impl\": \"" << r.onednn_impl
-          << "\"}" << (i + 1 < rows.size() ? ",\n" : "\n");
-    }
-    // The baselines the ratios were computed from, measured in this same run.
-    out << "  ],\n  \"baselines\": [\n";
-    bool first = true;
-    for (const auto& [name, c] : Cases()) {
-      if (!c.copy.empty() || !bps_.count(name)) continue;
-      out << (first ? "" : ",\n") << "    {\"name\": \"" << name << "\", \"kernel\": \""
-          << c.kernel << "\", \"process\": \"" << process
-          << "\", \"bytes_per_second\": " << Get(bps_, name)
-          << ", \"cv\": " << Get(cv_, name) << "}";
-      first = false;
-    }
-    out << "\n  ]\n}\n";
-    std::printf("\nwrote %s (%zu cases)\n", json_path_.c_str(), rows.size());
-  }
-
-  std::string json_path_;
-  std::vector<std::string> isas_;
-  std::string onednn_isa_;
+  bool reported_context_ = false;
   std::map<std::string, double> bps_;
-  std::map<std::string, double> cv_;  // 0 where a case ran once
-  std::set<std::string> medians_;
-  int64_t repetitions_ = 1;
 };
+
+// Whether Google Benchmark's --benchmark_filter selects the benchmark `name` (an
+// extended regular expression searched in the name, or with a leading '-' not found in
+// it; "" and "all" select every one), as Google Benchmark matches it.
+bool Selected(std::string filter, const std::string& name) {
+  if (filter.empty() || filter == "all") return true;
+  const bool negative = filter[0] == '-';
+  if (negative) filter.erase(0, 1);
+  const std::regex re(filter, std::regex::extended);
+  return std::regex_search(name + "/real_time", re) != negative;  // Register's timing
+}
+
+// An extended regular expression matching exactly these benchmarks' names.
+std::string Exactly(const std::vector<std::string>& names) {
+  std::string spec = "^(";
+  for (const std::string& name : names) {
+    if (spec.size() > 2) spec += '|';
+    for (char ch : name) {
+      if (std::strchr(".[]{}()\\*+?^$|", ch)) spec += '\\';
+      spec += ch;
+    }
+  }
+  return spec + ")/real_time$";
+}
+
+struct Summary {
+  const std::vector<std::string>& isas;
+  const std::string& onednn_isa;
+  const std::map<std::string, std::vector<Round>>& rounds;      // by case
+  const std::map<std::string, std::vector<double>>& baselines;  // every run's bytes/s
+  int n;                                                        // rounds asked for
+};
+
+void PrintTable(const Summary& s) {
+  std::printf("\n%-22s %-22s %-7s %3s %3s %8s %5s %7s %8s\n", "kernel", "shape", "ISA",
+              "off", "thr", "GB/s", "cv %", "x copy", "x oneDNN");
+  for (const auto& [name, rounds] : s.rounds) {
+    const Case& c = Cases()[name];
+    std::printf(
+        "%-22s %-22s %-7s %3zu %3d %8.1f %5.1f %7.2f", c.kernel.c_str(), c.shape.c_str(),
+        c.isa.c_str(), c.offset, c.threads,
+        Median(Each(rounds, [](const Round& r) { return r.bps; })) * 1e-9,
+        Cv(Each(rounds, [](const Round& r) { return r.bps; })) * 100,
+        Median(Each(rounds, [](const Round& r) { return r.bps / r.copy_bps(); })));
+    if (rounds[0].onednn_bps > 0) {
+      std::printf(
+          " %8.2f\n",
+          Median(Each(rounds, [](const Round& r) { return r.bps / r.onednn_bps; })));
+    } else {
+      std::printf(" %8s\n", "-");
+    }
+  }
+  if (!s.onednn_isa.empty()) std::printf("oneDNN ran at %s\n", s.onednn_isa.c_str());
+}
+
+// A JSON array of numbers.
+std::string JsonNumbers(const std::vector<double>& v) {
+  std::ostringstream out;
+  out.precision(17);
+  out << '[';
+  for (size_t i = 0; i < v.size(); ++i) out << (i ? ", " : "") << v[i];
+  return out.str() + "]";
+}
+
+void WriteJson(const Summary& s, const std::string& path) {
+  std::ofstream out(path);
+  out.precision(17);
+  std::string process;  // names this process's baselines in a merge of processes
+  for (const std::string& isa : s.isas) process += (process.empty() ? "" : ",") + isa;
+  out << "{\n  \"rounds\": " << s.n << ",\n  \"isas\": " << JsonList(s.isas)
+      << ",\n  \"onednn_isa\": \"" << s.onednn_isa << "\",\n  \"cases\": [\n";
+  size_t i = 0;
+  for (const auto& [name, rounds] : s.rounds) {
+    const Case& c = Cases()[name];
+    const auto bps = Each(rounds, [](const Round& r) { return r.bps; });
+    const auto copy = Each(rounds, [](const Round& r) { return r.copy_bps(); });
+    const auto dnnl = Each(rounds, [](const Round& r) { return r.onednn_bps; });
+    const bool with_dnnl = dnnl[0] > 0;
+    out << "    {\"name\": \"" << name << "\", \"kernel\": \"" << c.kernel
+        << "\", \"shape\": \"" << c.shape << "\", \"isa\": \"" << c.isa
+        << "\", \"offset\": " << c.offset << ", \"threads\": " << c.threads
+        << ", \"group\": \"" << c.group << "\", \"main\": " << (c.main ? "true" : "false")
+        << ", \"bytes\": " << static_cast<long long>(c.bytes)
+        << ", \"bytes_per_second\": " << Median(bps)
+        << ", \"copy_bytes_per_second\": " << Median(copy)
+        << ", \"onednn_bytes_per_second\": " << (with_dnnl ? Median(dnnl) : 0.0)
+        << ", \"x_copy\": "
+        << Median(Each(rounds, [](const Round& r) { return r.bps / r.copy_bps(); }))
+        << ", \"x_onednn\": "
+        << (with_dnnl ? Median(Each(rounds,
+                                    [](const Round& r) { return r.bps / r.onednn_bps; }))
+                      : 0.0)
+        << ", \"cv\": " << Cv(bps) << ", \"copy_cv\": " << Cv(copy)
+        << ", \"onednn_cv\": " << (with_dnnl ? Cv(dnnl) : 0.0) << ", \"onednn_isa\": \""
+        << (with_dnnl ? s.onednn_isa : "") << "\", \"onednn_impl\": \""
+        << (with_dnnl ? Cases()[c.onednn].impl : "")
+        << "\", \"round_bytes_per_second\": " << JsonNumbers(bps)
+        << ", \"round_copy_memcpy\": "
+        << JsonNumbers(Each(rounds, [](const Round& r) { return r.memcpy_bps; }))
+        << ", \"round_copy_nt\": "
+        << JsonNumbers(Each(rounds, [](const Round& r) { return r.nt_bps; }))
+        << ", \"round_onednn\": " << JsonNumbers(dnnl) << "}"
+        << (++i < s.rounds.size() ? ",\n" : "\n");
+  }
+  // The baselines the ratios were computed from, measured in this same run: every run
+  // (a copy shared by several cases runs beside each), their median and spread.
+  out << "  ],\n  \"baselines\": [\n";
+  i = 0;
+  for (const auto& [name, runs] : s.baselines) {
+    out << (i++ ? ",\n" : "") << "    {\"name\": \"" << name << "\", \"kernel\": \""
+        << Cases()[name].kernel << "\", \"process\": \"" << process
+        << "\", \"bytes_per_second\": " << Median(runs) << ", \"cv\": " << Cv(runs)
+        << ", \"runs\": " << JsonNumbers(runs) << "}";
+  }
+  out << "\n  ]\n}\n";
+  std::printf("\nwrote %s (%zu cases)\n", path.c_str(), s.rounds.size());
+}
 
 }  // namespace
 
-std::unique_ptr<benchmark::BenchmarkReporter> MakeReporter(
-    const std::string& json_path, const std::vector<std::string>& isas,
-    const std::string& onednn_isa) {
-  return std::make_unique<SuiteReporter>(json_path, isas, onednn_isa);
+size_t RunRounds(int n, const std::string& json_path,
+                 const std::vector<std::string>& isas, const std::string& onednn_isa) {
+  const std::string filter = benchmark::GetBenchmarkFilter();
+  std::vector<std::string> selected;
+  for (const auto& [name, c] : Cases()) {
+    if (!c.copy.empty() && Selected(filter, name)) selected.push_back(name);
+  }
+  // Each case with its baselines: the case, its two copies, oneDNN's.
+  const auto group = [](const std::string& name) {
+    const Case& c = Cases()[name];
+    std::vector<std::string> names = {name, "copy_memcpy/" + c.copy, "copy_nt/" + c.copy};
+    if (!c.onednn.empty()) names.push_back(c.onednn);
+    return names;
+  };
+  // One untimed call of each first: a first call pays for thread pools and oneDNN's
+  // primitives, and Google Benchmark takes a single call that outlasts the minimum
+  // time as the measurement.
+  for (const std::string& name : selected) {
+    for (const std::string& run : group(name)) {
+      if (Runners()[run].setup()) Runners()[run].body();
+    }
+  }
+  RoundReporter reporter;
+  std::map<std::string, std::vector<Round>> rounds;
+  std::map<std::string, std::vector<double>> baselines;
+  for (int round = 1; round <= n; ++round) {
+    std::printf("bench_normkernels: round %d of %d\n", round, n);
+    for (const std::string& name : selected) {
+      const Case& c = Cases()[name];
+      const std::string memcpy_name = "copy_memcpy/" + c.copy, nt = "copy_nt/" + c.copy;
+      benchmark::RunSpecifiedBenchmarks(&reporter, Exactly(group(name)));
+      std::map<std::string, double> bps = reporter.Take();
+      for (const auto& [run, value] : bps) {
+        if (run != name) baselines[run].push_back(value);
+      }
+      if (!bps.count(name)) continue;  // its setup failed (reported above)
+      rounds[name].push_back(
+          {bps[name], bps[memcpy_name], bps[nt], c.onednn.empty() ? 0.0 : bps[c.onednn]});
+    }
+  }
+  const Summary summary{isas, onednn_isa, rounds, baselines, n};
+  if (json_path.empty()) {
+    PrintTable(summary);
+  } else {  // scripts/bench_report.py prints the table (and warns of spreads)
+    WriteJson(summary, json_path);
+  }
+  return rounds.size();
 }
 
 }  // namespace nk_bench

@@ -2,8 +2,8 @@
 // suite.h: the benchmark suite's registry. Each case knows its bytes, the copy
 // baseline of the same bytes, threads and offset, and (when built with oneDNN)
 // oneDNN's benchmark of the same shape, threads and offset, all run in the same
-// process, with oneDNN capped at the ISA of the process's cases; the reporter turns
-// them into ratios, a table and a JSON file.
+// process, with oneDNN capped at the ISA of the process's cases; RunRounds turns them
+// into ratios, a table and a JSON file.
 //
 // Bytes count each tensor once: inputs read plus outputs written (x, residual, sum,
 // y; backward: x or sum, dy, dsum, dx), not gamma, beta, their gradients or
@@ -18,7 +18,6 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -137,13 +136,17 @@ std::string OneDnnCapFor(const std::string& isa);
 // message if oneDNN refuses the cap or reports another ISA.
 std::string CapOneDnn(const std::string& isa);
 
-// Prints the table to stdout or, if `json_path` is not empty, writes the JSON summary
-// there: per case the median bytes/s over the repetitions and their coefficient of
-// variation (cv), the same of its copy baseline and oneDNN, and the ratios. `isas`
-// are the process's ISAs, `onednn_isa` what CapOneDnn returned.
-std::unique_ptr<benchmark::BenchmarkReporter> MakeReporter(
-    const std::string& json_path, const std::vector<std::string>& isas,
-    const std::string& onednn_isa);
+// Runs the cases --benchmark_filter selects in n rounds. In each round every case
+// runs, and right after it its copy baselines and oneDNN, so that the three see the
+// machine at the same speed (this host's two threads reach memory at one of two speeds
+// for minutes at a time); each ratio is the median of the rounds' ratios. Then prints
+// the table to stdout or, if `json_path` is not empty, writes the JSON summary there:
+// per case the medians of its bytes/s and of its baselines' over the rounds, their
+// coefficients of variation (cv), the ratios and every round's figures. `isas` are
+// the process's ISAs, `onednn_isa` what CapOneDnn returned. Returns the number of
+// cases that ran.
+size_t RunRounds(int n, const std::string& json_path,
+                 const std::vector<std::string>& isas, const std::string& onednn_isa);
 
 }  // namespace nk_bench
 

@@ -7,7 +7,7 @@
 # process per ISA, as oneDNN's cap is set once per process), every array on a 64-byte
 # boundary and 16 bytes past one; then times PyTorch's operators beside the library
 # (bench/torch_compare.py). Prints both tables, with each case's spread over its
-# repetitions and a warning when the spreads say the machine was busy, and writes
+# rounds (or repetitions) and a warning when the spreads say the machine was busy, and writes
 # them, the JSON and the plot to DIR (default $BUILD_DIR/bench-results; relative
 # paths start at the repository).
 # Tracked files change only with --update-results: results/ (JSON and plot) and the
@@ -17,8 +17,8 @@
 #               plot's size sweeps)
 #   --no-build  run the binary already built in $BUILD_DIR (no packages, no cmake)
 #   --no-torch  skip the PyTorch comparison
-# Other flags go to Google Benchmark (in every process), e.g.
-# --benchmark_filter='^layernorm/'.
+# Other flags go to bench_normkernels (in every process), e.g.
+# --benchmark_filter='^layernorm/' or --nk_rounds=3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -51,19 +51,17 @@ bench=$build/bench/bench_normkernels
 full=()
 for arg in "${flags[@]}"; do [ "$arg" = --full ] && full=(--full); done
 # One process per oneDNN ISA (its ISAs on one line), each writing its part of the
-# JSON. Five repetitions of each case; the table uses the medians (this VM has minutes
-# when one run of a large copy takes many times its usual time) and shows their
-# spread. Repetitions of all cases of a process run in random order, so that a case
-# and its copy and oneDNN baselines see the same drift of this machine's speed (a
-# shared VM varies by 20-30% over minutes).
+# JSON. Five rounds: in each, every case runs and right after it its copy and oneDNN
+# baselines, so that the three see this machine at the same speed (a shared VM varies
+# by 20-30% over minutes, and its two threads reach memory at one of two speeds for
+# minutes at a time); each ratio is the median of the rounds' ratios, and the table
+# shows each side's spread over the rounds.
 parts=()
 for isas in $("$bench" --nk_processes "${full[@]}"); do
   echo "bench.sh: $isas, oneDNN capped at the same ISA"
   parts+=("$out/benchmark.${isas//,/-}.json")
   "$bench" --nk_isas="$isas" --nk_json="${parts[-1]}" \
-    --benchmark_min_time=0.05 --benchmark_repetitions=5 \
-    --benchmark_enable_random_interleaving=true \
-    --benchmark_display_aggregates_only=true "${flags[@]}"
+    --nk_rounds=5 --benchmark_min_time=0.05 "${flags[@]}"
 done
 /usr/bin/python3 scripts/bench_report.py "$out/benchmark.json" --merge "${parts[@]}" \
   "${update[@]}"

@@ -4,7 +4,7 @@
 a benchmark run (bench_normkernels --nk_json=JSON). --merge first writes JSON as the
 union of PARTs, the JSON of one bench_normkernels process each (one per oneDNN ISA).
 Prints the table of the main cells (x oneDNN at the same ISA and x copy, per ISA and
-offset) and of every case with the spread of its repetitions, writes them and the
+offset) and of every case with its spread over the rounds, writes them and the
 plot beside JSON (.md, .png), and warns, on stderr and in the table's header, when the
 spreads say the machine was busy. --update copies JSON and the plot into DIR
 (default: the repository's results/) and rewrites DOC's results section (between its
@@ -27,8 +27,8 @@ import reporting  # noqa: E402
 def load(path):
     with open(path) as f:
         data = json.load(f)
-    if "isas" not in data:
-        sys.exit(f"bench_report: {path} has no ISAs and offsets (an older "
+    if "isas" not in data or "rounds" not in data:
+        sys.exit(f"bench_report: {path} has no ISAs, offsets or rounds (an older "
                  "bench_normkernels wrote it): run scripts/bench.sh again")
     return data
 
@@ -36,7 +36,7 @@ def load(path):
 def merge(parts, path):
     """Writes to path the run made of the processes whose JSON are parts."""
     runs = [load(p) for p in parts]
-    data = {"repetitions": max(r["repetitions"] for r in runs),
+    data = {"rounds": max(r["rounds"] for r in runs),
             "isas": [isa for r in runs for isa in r["isas"]],
             "processes": [{"isas": r["isas"], "onednn_isa": r["onednn_isa"]}
                           for r in runs],
@@ -173,9 +173,11 @@ def busy_warning(data):
 def header(data):
     """The tables' first lines: where and how they were measured."""
     return [f"Measured on {cpu_name()} ({platform.system()}) by `bash scripts/bench.sh`: "
-            f"medians of {data['repetitions']} repetitions (cv: their coefficient of "
-            "variation, standard deviation over mean), each ratio against the copy "
-            "baseline and oneDNN of the same process, oneDNN capped at the ISA shown, "
+            f"{data['rounds']} rounds, in each of which a case ran and right after it "
+            "its copy baseline and oneDNN, in the same process; each figure the median "
+            "of the rounds' (cv: their coefficient of variation, standard deviation "
+            "over mean), each ratio the median of the rounds' ratios; oneDNN capped at "
+            "the ISA shown, "
             "every array of a call at the offset shown (bytes past a 64-byte boundary); "
             "bytes count x and y once.", "",
             "Each cell: x oneDNN / x copy (the largest cv of the case, its copy and "

@@ -7,14 +7,19 @@
    not reach the kernel would leave part of y unwritten, or count bytes the kernel
    never touched); every kernel (--full) in the first process, the quick selection
    in the others.
-2. A short timed run of each process (one per oneDNN ISA): oneDNN ran capped at the
-   ISA of the process's cases (as oneDNN reports it, and as the implementation it
-   chose names it); each case's bytes follow from its shape, it has both offsets, and
-   its ratios are its bytes/s over the copy baseline and oneDNN at the same offset
-   and threads, measured in that same process, as listed in the same JSON."""
+2. A short timed run of each process (one per oneDNN ISA), in two rounds: oneDNN ran
+   capped at the ISA of the process's cases (as oneDNN reports it, and as the
+   implementation it chose names it); each case's bytes follow from its shape, it has
+   both offsets, and each round's figures of its copy baselines and oneDNN are runs
+   of the baselines of the same offset and threads in that same process, as listed in
+   the same JSON; its figures are the medians of the rounds' and its ratios the
+   medians of the rounds' ratios, against the faster copy of each round. Google
+   Benchmark's repetitions, which would take a case apart from its baselines, are
+   refused."""
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -27,6 +32,10 @@ for i, isas in enumerate(processes):
     subprocess.run([bench, "--nk_verify", f"--nk_isas={isas}"] + ["--full"] * (i == 0),
                    check=True)
 
+for flag in ("--benchmark_repetitions=3", "--benchmark_enable_random_interleaving=true"):
+    r = subprocess.run([bench, flag], capture_output=True, text=True)
+    assert r.returncode == 2 and "--nk_rounds" in r.stderr and not r.stdout, (flag, r)
+
 TENSORS = {"layernorm": 2, "rmsnorm": 2, "add_layernorm": 4, "add_rmsnorm": 4,
            "layernorm_backward": 3, "rmsnorm_backward": 3, "add_layernorm_backward": 4,
            "add_rmsnorm_backward": 4,
@@ -36,12 +45,15 @@ WITH_ONEDNN = ("layernorm", "layernorm_backward", "batchnorm_training",
                "batchnorm_inference", "batchnorm_backward")
 SHAPES = "(1024x1024|8x512x7x7 NCHW|32x64x56x56 NHWC)"
 PLACES = "/offset:(0|16)/threads:1/"
-FILTER = "|".join([
-    f"^[a-z_]+/[A-Z0-9_]+/{SHAPES}{PLACES}", f"^onednn_[a-z_]+/{SHAPES}{PLACES}",
-    # the copies of their bytes: x and y (and the residual and sum, or dy) of each shape
-    f"^copy_(memcpy|nt)/floats:(1048576|1572864|2097152|200704|100352|6422528|3211264"
-    f"|9633792|301056)"
-    f"{PLACES}"])
+# The cases; each brings its copy baselines and oneDNN along.
+FILTER = f"^[a-z_]+/[A-Z0-9_]+/{SHAPES}{PLACES}"
+
+
+ROUNDS = 2
+
+
+def close(a, b):
+    return abs(a - b) <= 1e-12 * abs(b)
 
 
 def cap(isa):
@@ -52,14 +64,16 @@ def cap(isa):
 def timed(isas, full, tmp):
     out = os.path.join(tmp, "bench.json")
     subprocess.run([bench, f"--nk_isas={isas}", f"--nk_json={out}",
-                    f"--benchmark_filter={FILTER}", "--benchmark_min_time=0.01"]
+                    f"--benchmark_filter={FILTER}", "--benchmark_min_time=0.01",
+                    f"--nk_rounds={ROUNDS}"]
                    + ["--full"] * full, check=True, stdout=subprocess.DEVNULL)
     with open(out) as f:
         return json.load(f)
 
 
 def check(data, isas, full):
-    baselines = {b["name"]: b["bytes_per_second"] for b in data["baselines"]}
+    baselines = {b["name"]: b["runs"] for b in data["baselines"]}
+    assert data["rounds"] == ROUNDS, data["rounds"]
     with_onednn = any(name.startswith("onednn_") for name in baselines)
     assert data["isas"] == isas.split(","), data["isas"]
     if with_onednn:  # fails if the cap was not applied: oneDNN runs at its best
@@ -87,15 +101,22 @@ def check(data, isas, full):
         assert c["bytes"] == TENSORS[c["kernel"]] * elements * 4, c
         place = f"offset:{c['offset']}/threads:1"
         floats = c["bytes"] // 8
-        copy = max(baselines[f"copy_memcpy/floats:{floats}/{place}"],
-                   baselines[f"copy_nt/floats:{floats}/{place}"])
-        assert c["copy_bytes_per_second"] == copy, c
-        assert abs(c["x_copy"] - c["bytes_per_second"] / copy) <= 1e-9 * c["x_copy"], c
+        ours = c["round_bytes_per_second"]
+        assert len(ours) == ROUNDS and all(v > 0 for v in ours), c
+        for kind in ("memcpy", "nt"):
+            assert set(c[f"round_copy_{kind}"]) <= \
+                set(baselines[f"copy_{kind}/floats:{floats}/{place}"]), c
+        copy = [max(m, n) for m, n in zip(c["round_copy_memcpy"], c["round_copy_nt"])]
+        assert close(c["bytes_per_second"], statistics.median(ours)), c
+        assert close(c["copy_bytes_per_second"], statistics.median(copy)), c
+        assert close(c["x_copy"], statistics.median(o / k for o, k in zip(ours, copy))), c
         if with_onednn and c["kernel"] in WITH_ONEDNN:
-            dnnl = baselines[f"onednn_{c['kernel']}/{c['shape']}/{place}"]
-            assert c["onednn_bytes_per_second"] == dnnl, c
-            want = c["bytes_per_second"] / dnnl
-            assert abs(c["x_onednn"] - want) <= 1e-9 * want, c
+            dnnl = c["round_onednn"]
+            assert len(dnnl) == ROUNDS and \
+                set(dnnl) <= set(baselines[f"onednn_{c['kernel']}/{c['shape']}/{place}"]), c
+            assert close(c["onednn_bytes_per_second"], statistics.median(dnnl)), c
+            assert close(c["x_onednn"],
+                         statistics.median(o / d for o, d in zip(ours, dnnl))), c
             assert c["onednn_isa"] == data["onednn_isa"], c
             # "bnorm_jit:avx512_core", "bnorm_tbb_jit:avx2"; "...:any" names none
             impl_isa = c["onednn_impl"].rpartition(":")[2]

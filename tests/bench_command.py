@@ -7,14 +7,15 @@ machine was busy, and changes tracked files only when asked to.
 report: scripts/bench_report.py on made-up runs: a quiet one gives no warning; one
    whose 2-thread case varied by 127% warns on stderr and above its table, which shows
    the cv column; --merge joins the JSON of two processes (AVX3 and AVX2), whose cells
-   stand side by side with the ISA oneDNN ran at; a JSON without ISAs and offsets (of
-   an older binary) is refused; --update rewrites the given document's results
-   section only and keeps JSON and plot in the given directory; a document without
-   markers is refused before anything is written.
-run BUILD_DIR: scripts/bench.sh on one small shape (no build, no PyTorch) runs one
-   process per oneDNN ISA, leaves every tracked file as it was and writes the merged
-   JSON, with each ISA at both offsets, and its table to --out; with --update-results
-   on a document without markers it stops before measuring.
+   stand side by side with the ISA oneDNN ran at; a JSON without ISAs, offsets or
+   rounds (of an older binary) is refused; --update rewrites the given document's
+   results section only and keeps JSON and plot in the given directory; a document
+   without markers is refused before anything is written.
+run BUILD_DIR: scripts/bench.sh on one small shape (no build, no PyTorch, 3 rounds)
+   runs one process per oneDNN ISA, leaves every tracked file as it was and writes the
+   merged JSON, with each ISA at both offsets and every case's 3 rounds, and its table
+   to --out; with --update-results on a document without markers it stops before
+   measuring.
 torch: bench/torch_compare.py --quick writes its table, with the cv columns, to --out
    and to --update's torch section only."""
 import hashlib
@@ -73,7 +74,7 @@ def case(isa, threads, cv, onednn_isa="avx512_core"):
 
 def made_up_run(path, cv_2_threads, isa="AVX3", onednn_isa="avx512_core"):
     with open(path, "w") as f:
-        json.dump({"repetitions": 5, "isas": [isa], "onednn_isa": onednn_isa, "cases": [
+        json.dump({"rounds": 5, "isas": [isa], "onednn_isa": onednn_isa, "cases": [
             case(isa, 1, 0.02, onednn_isa), case(isa, 2, cv_2_threads, onednn_isa)],
             "baselines": [{"name": "copy_memcpy/floats:1048576/offset:0/threads:1",
                            "kernel": "copy_memcpy", "process": isa,
@@ -96,11 +97,11 @@ def check_merge(tmp, report):
         in r.stdout, r.stdout
     assert "| layernorm | 1024x1024 | AVX2 | 0 | 2 | 20.0 | 4.0 | 0.67 | 2.00 | avx2 |" \
         in r.stdout, r.stdout
-    del data["isas"]
-    with open(merged, "w") as f:
-        json.dump(data, f)
-    r = run(report + [merged], expect=1)
-    assert "has no ISAs and offsets" in r.stderr, r.stderr
+    for key in ("isas", "rounds"):  # an older binary's
+        with open(merged, "w") as f:
+            json.dump({k: v for k, v in data.items() if k != key}, f)
+        r = run(report + [merged], expect=1)
+        assert "has no ISAs, offsets or rounds" in r.stderr, (key, r.stderr)
 
 
 def check_report(tmp):
@@ -165,9 +166,8 @@ def check_run(tmp, build):
     sums = checksums(tracked)
     out = os.path.join(tmp, "out")
     r = run(bench + [f"--out={out}", "--benchmark_min_time=0.01",
-                     "--benchmark_repetitions=3",
-                     "--benchmark_filter=/64x1024/offset:(0|16)/threads:1/|"
-                     "^copy_(memcpy|nt)/floats:65536/offset:(0|16)/threads:1/"], env=env)
+                     "--nk_rounds=3",
+                     "--benchmark_filter=/64x1024/offset:(0|16)/threads:1/"], env=env)
     assert checksums(tracked) == sums, "a tracked file changed"
     assert f"bench.sh: results in {out}" in r.stdout, r.stdout
     assert "| cv % |" in r.stdout, r.stdout
@@ -180,7 +180,8 @@ def check_run(tmp, build):
     assert f"| layernorm | 64x1024 | {best} | 16 | 1 |" in r.stdout, r.stdout
     got = sorted((c["isa"], c["offset"]) for c in data["cases"])
     assert got == sorted((p, o) for p in processes for o in (0, 16)), got
-    assert data["repetitions"] == 3, data
+    assert data["rounds"] == 3, data
+    assert all(len(c["round_bytes_per_second"]) == 3 for c in data["cases"]), data
     assert all(c["cv"] > 0 and c["copy_cv"] > 0 for c in data["cases"]), data
     assert os.path.exists(os.path.join(out, "benchmark.md"))
 
