@@ -117,6 +117,9 @@ void SpanGradApply(const T* x, const T* dy, size_t n, const SpanGrad& g, bool st
 // ---------------------------------------------------------------- columns
 // (NHWC)
 
+// Whether the column sums take four vectors of a row at a time (panel_sums below).
+constexpr bool kColumnPanels = HWY_MAX_BYTES >= 64;
+
 // Per-column sums of [rows][c] by blocks of kBlockVectors rows (two chains per
 // lane) in a pairwise tree per column; scratch holds the tree's levels.
 template <class T>
@@ -152,15 +155,68 @@ void ColumnGradSumsTree(const T* x, const T* dy, size_t rows, size_t c, const fl
     a = hn::Add(sa0, sa1);
     b = hn::Add(sb0, sb1);
   };
+  // Block blk's sums of the four column vectors at j (a panel), each as rows_sums
+  // takes them (the same bits), added to their trees. A row's four vectors are read
+  // together, so that the block's lines come in memory order rather than a line of
+  // every row in turn. With 32 registers (AVX-512) the 16 chains stay in them:
+  // BatchNorm and GroupNorm backward NHWC 7-13% faster from memory, with no read-ahead
+  // requests (which slowed it); with 16 (AVX2, SSE4) they spill, 10-40% slower.
+  const auto panel_sums = [&](auto d, size_t blk, size_t j) NK_INLINE_LAMBDA {
+    using VV = hn::Vec<decltype(d)>;
+    const size_t N = hn::Lanes(d);
+    const VV m0 = hn::LoadU(d, mean + j), m1 = hn::LoadU(d, mean + j + N);
+    const VV m2 = hn::LoadU(d, mean + j + 2 * N), m3 = hn::LoadU(d, mean + j + 3 * N);
+    const VV r0 = hn::LoadU(d, rstd + j), r1 = hn::LoadU(d, rstd + j + N);
+    const VV r2 = hn::LoadU(d, rstd + j + 2 * N), r3 = hn::LoadU(d, rstd + j + 3 * N);
+    // Per vector q, two chains as rows_sums': even rows in a<q>0 / b<q>0, odd ones in
+    // a<q>1 / b<q>1.
+    VV a00 = hn::Zero(d), a01 = a00, a10 = a00, a11 = a00, a20 = a00, a21 = a00;
+    VV a30 = a00, a31 = a00, b00 = a00, b01 = a00, b10 = a00, b11 = a00, b20 = a00;
+    VV b21 = a00, b30 = a00, b31 = a00;
+    const auto add = [&](const T* row_x, const T* row_dy, size_t q, VV m, VV rs, VV& sa,
+                         VV& sb) NK_INLINE_LAMBDA {
+      const VV g = LoadElems(d, row_dy + q * N);
+      sa = hn::Add(sa, g);
+      sb = hn::MulAdd(g, hn::Mul(hn::Sub(LoadElems(d, row_x + q * N), m), rs), sb);
+    };
+    for (size_t r = blk * K; r < (blk + 1) * K; r += 2) {
+      const T* x0 = x + r * c + j;
+      const T* d0 = dy + r * c + j;
+      add(x0, d0, 0, m0, r0, a00, b00);
+      add(x0, d0, 1, m1, r1, a10, b10);
+      add(x0, d0, 2, m2, r2, a20, b20);
+      add(x0, d0, 3, m3, r3, a30, b30);
+      add(x0 + c, d0 + c, 0, m0, r0, a01, b01);
+      add(x0 + c, d0 + c, 1, m1, r1, a11, b11);
+      add(x0 + c, d0 + c, 2, m2, r2, a21, b21);
+      add(x0 + c, d0 + c, 3, m3, r3, a31, b31);
+    }
+    AddToSumTree(d, blk, hn::Add(a00, a01), hn::Add(b00, b01), level_a + j, level_b + j,
+                 c);
+    AddToSumTree(d, blk, hn::Add(a10, a11), hn::Add(b10, b11), level_a + j + N,
+                 level_b + j + N, c);
+    AddToSumTree(d, blk, hn::Add(a20, a21), hn::Add(b20, b21), level_a + j + 2 * N,
+                 level_b + j + 2 * N, c);
+    AddToSumTree(d, blk, hn::Add(a30, a31), hn::Add(b30, b31), level_a + j + 3 * N,
+                 level_b + j + 3 * N, c);
+  };
+  static_assert(K % 2 == 0, "panel_sums takes rows in pairs");
+  const hn::ScalableTag<float> d;
+  const size_t panel = 4 * hn::Lanes(d);
+  const bool panels = kColumnPanels && c >= panel;
   for (size_t blk = 0; blk < blocks; ++blk) {
-    if (from_memory) {
+    if (from_memory && !panels) {
       PrefetchAhead(TensorSource<T>{x + blk * K * c}, 0, K * c, kReadAheadBytes);
       PrefetchAhead(TensorSource<T>{dy + blk * K * c}, 0, K * c, kReadAheadBytes);
     }
-    ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
-      hn::Vec<decltype(d)> a, b;
-      rows_sums(d, blk * K, K, j, a, b);
-      AddToSumTree(d, blk, a, b, level_a + j, level_b + j, c);
+    size_t j = 0;
+    if constexpr (kColumnPanels) {
+      for (; j + panel <= c; j += panel) panel_sums(d, blk, j);
+    }
+    ForEachVector(d, j, c, [&](auto dv, size_t jv) HWY_ATTR {
+      hn::Vec<decltype(dv)> a, b;
+      rows_sums(dv, blk * K, K, jv, a, b);
+      AddToSumTree(dv, blk, a, b, level_a + jv, level_b + jv, c);
     });
   }
   const size_t rest = rows - blocks * K;
