@@ -7,9 +7,9 @@
 # process per ISA, as oneDNN's cap is set once per process), every array on a 64-byte
 # boundary and 16 bytes past one; then times PyTorch's operators beside the library
 # (bench/torch_compare.py). Prints both tables, with each case's spread over its
-# rounds (or repetitions) and a warning when the spreads say the machine was busy, and writes
-# them, the JSON and the plot to DIR (default $BUILD_DIR/bench-results; relative
-# paths start at the repository).
+# rounds (PyTorch's: over its repetitions) and a warning when the spreads say the
+# machine was busy, and writes them, the JSON and the plot to DIR (default
+# $BUILD_DIR/bench-results; relative paths start at the repository).
 # Tracked files change only with --update-results: results/ (JSON and plot) and the
 # results and PyTorch sections of DOC (default docs/performance.md).
 #   --full      every kernel x ISA x shape (the default is a quick selection: the

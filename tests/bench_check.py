@@ -112,8 +112,8 @@ def check(data, isas, full):
         assert close(c["x_copy"], statistics.median(o / k for o, k in zip(ours, copy))), c
         if with_onednn and c["kernel"] in WITH_ONEDNN:
             dnnl = c["round_onednn"]
-            assert len(dnnl) == ROUNDS and \
-                set(dnnl) <= set(baselines[f"onednn_{c['kernel']}/{c['shape']}/{place}"]), c
+            runs = baselines[f"onednn_{c['kernel']}/{c['shape']}/{place}"]
+            assert len(dnnl) == ROUNDS and set(dnnl) <= set(runs), c
             assert close(c["onednn_bytes_per_second"], statistics.median(dnnl)), c
             assert close(c["x_onednn"],
                          statistics.median(o / d for o, d in zip(ours, dnnl))), c
