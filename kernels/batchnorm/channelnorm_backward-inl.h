@@ -219,7 +219,7 @@ void ColumnGradSumsTree(const T* x, const T* dy, size_t rows, size_t c, const fl
       // one or two panels take them from aligned line pairs instead, where the block's
       // pairs lie in the chunk (all blocks but, maybe, the first and the last):
       // BatchNorm backward at +16 bytes, 64 channels 17% faster, 128 7%; 192 and 256
-      // 4-7% slower, so they keep plain loads.
+      // 4-8% slower, so they keep plain loads.
       if constexpr (std::is_same_v<T, float>) {
         const size_t at = blk * K * c, n = K * c, end = rows * c;
         if (panels && c <= 2 * panel && LinePairSource::Fits(x, at, n, x, x + end) &&
