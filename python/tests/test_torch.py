@@ -191,50 +191,58 @@ def test_forwards_without_gradients_are_the_same(name):
                 assert not g.requires_grad and torch.equal(g, t.detach())
 
 
-@pytest.mark.parametrize("name", ["layer_norm", "rms_norm"])
+@pytest.mark.parametrize("name", NAMES)
 def test_common_inference_calls_are_the_same(name, monkeypatch):
-    """The common inference call (x a contiguous CPU tensor, normalized_shape one int,
-    weight and bias float32 vectors or None, eps a float) takes a shorter way, which
-    skips _norm's checks: y bit for bit that of the forward that saves for a backward,
-    taken exactly where those conditions hold; every other call keeps the checked way
-    (seen by its parse of normalized_shape)."""
-    center = name == "layer_norm"
+    """The common inference call (x and the residual contiguous CPU tensors,
+    normalized_shape one int, weight and bias float32 vectors or None, eps a float)
+    takes a shorter way, which skips _norm's checks: y (and s) bit for bit those of the
+    forward that saves for a backward, taken exactly where those conditions hold; every
+    other call keeps the checked way (seen by its parse of normalized_shape)."""
+    center, fused = "layer" in name, name.startswith("add")
     checked = []
     parse = nkt._rownorm._shape
     monkeypatch.setattr(nkt._rownorm, "_shape",
                         lambda shape: checked.append(shape) or parse(shape))
     x = torch.from_numpy(data((2, 3, 33), 1, offset=2.0))
+    r = torch.from_numpy(data((2, 3, 33), 2))
     w, b = torch.from_numpy(data((33,), 3)), torch.from_numpy(data((33,), 4))
     wide = torch.from_numpy(data((33, 2), 5))
-    short = {"x": x, "shape": 33, "weight": w, "bias": b if center else None, "eps": 1e-5}
+    short = {"x": x, "residual": r, "shape": 33, "weight": w, "bias": b, "eps": 1e-5}
+    half = {"residual": r.to(torch.bfloat16), "x": x.to(torch.bfloat16)}
     cases = [({}, True), ({"shape": (33,)}, True), ({"shape": [33]}, True),
              ({"shape": torch.Size([33])}, True), ({"weight": None, "bias": None}, True),
-             ({"x": x[:0]}, True), ({"x": x.to(torch.bfloat16)}, True),
-             ({"x": x.to(torch.float16)}, True),
+             ({"x": x[:0], "residual": r[:0]}, True), (half, True),
+             ({"x": x.half(), "residual": r.half()}, True),
              ({"weight": torch.nn.Parameter(w)}, True),
              ({"shape": (3, 33), "weight": None, "bias": None}, False),
-             ({"x": x[..., :32], "shape": 32, "weight": w[:32], "bias": None}, False),
-             ({"x": x.transpose(0, 1)}, False), ({"x": -x.conj()}, True),
-             ({"x": torch.complex(x, x).conj().imag}, False),
+             ({"x": x[..., :32], "residual": r[..., :32], "shape": 32, "weight": w[:32],
+               "bias": b[:32]}, False),
+             ({"x": x.transpose(0, 1), "residual": r.transpose(0, 1)}, False),
+             ({"x": -x.conj()}, True), ({"x": torch.complex(x, x).conj().imag}, False),
              ({"weight": wide[:, 0]}, False),
-             ({"x": x.half(), "weight": w.half()}, False), ({"eps": 1}, False),
+             ({"x": x.half(), "residual": r.half(), "weight": w.half()}, False),
+             ({"eps": 1}, False),
              ({"x": torch.nn.Parameter(x, requires_grad=False)}, False)]
+    if fused:
+        cases += [({"residual": r.transpose(0, 1).contiguous().transpose(0, 1)}, False),
+                  ({"residual": torch.nn.Parameter(r, requires_grad=False)}, False)]
     for change, short_way in cases:
         a = dict(short, **change)
-        if not center:
-            a["bias"] = None
+        inputs = (a["x"], a["residual"]) if fused else (a["x"],)
         params = (a["weight"], a["bias"]) if center else (a["weight"],)
-        getattr(nkt, name)(a["x"], a["shape"], *params, a["eps"])  # warm
+        getattr(nkt, name)(*inputs, a["shape"], *params, a["eps"])  # warm
         checked.clear()
         with torch.no_grad():
-            got = getattr(nkt, name)(a["x"], a["shape"], *params, a["eps"])
+            got = getattr(nkt, name)(*inputs, a["shape"], *params, a["eps"])
         assert (not checked) == short_way, change
+        leaves = [t.detach().clone().requires_grad_() for t in inputs]
         grads = [p.detach().clone().requires_grad_() if p is not None else None
                  for p in params]
-        want = getattr(nkt, name)(a["x"].detach().clone().requires_grad_(), a["shape"],
-                                  *grads, a["eps"])
-        assert want.requires_grad and not got.requires_grad
-        assert got.dtype == want.dtype and torch.equal(got, want.detach()), change
+        want = getattr(nkt, name)(*leaves, a["shape"], *grads, a["eps"])
+        got, want = (got, want) if fused else ((got,), (want,))
+        for g, t in zip(got, want):
+            assert t.requires_grad and not g.requires_grad
+            assert g.dtype == t.dtype and torch.equal(g, t.detach()), change
 
 
 def test_gradient_of_one_output_of_the_fused_forms():

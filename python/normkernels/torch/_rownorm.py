@@ -124,16 +124,17 @@ def _check_shapes(norm, x, residual, weight, bias):
 _SHAPES = tuple, list, torch.Size
 
 
-def _inference(center, x, normalized_shape, weight, bias, eps):
-    """y of layer_norm (center) or rms_norm for the common inference call, or None
-    where _norm's checks must look: nothing needing a gradient, x a contiguous CPU
-    tensor of a dtype the library takes, normalized_shape one int (x's last
-    dimension), weight and bias None or contiguous float32 vectors of that length, eps
-    a float. Every check of _norm passes for such a call, and the library is called
-    as _norm calls it (so the same bits), with about half the Python time: a decoding
-    step's 1x4096 LayerNorm module under torch.no_grad, 1 thread, 6.0-6.4 -> 4.5-4.8 us
-    a call (torch.nn.LayerNorm 4.2-4.7)."""
-    if type(x) is not torch.Tensor or needs_grad(x, weight, bias):
+def _inference(center, x, residual, normalized_shape, weight, bias, eps):
+    """y (or (y, s) with a residual) of the four functions for the common inference
+    call, or None where _norm's checks must look: nothing needing a gradient, x (and
+    the residual, of x's shape and dtype) a contiguous CPU tensor of a dtype the
+    library takes, normalized_shape one int (x's last dimension), weight and bias None
+    or contiguous float32 vectors of that length, eps a float. Every check of _norm
+    passes for such a call, and the library is called as _norm calls it (so the same
+    bits), with about half the Python time: a decoding step's 1x4096 LayerNorm module
+    under torch.no_grad, 1 thread, 6.0-6.4 -> 4.5-4.8 us a call (torch.nn.LayerNorm
+    4.2-4.7)."""
+    if type(x) is not torch.Tensor or needs_grad(x, residual, weight, bias):
         return None
     cols = normalized_shape
     if type(cols) in _SHAPES and len(cols) == 1:
@@ -142,28 +143,36 @@ def _inference(center, x, normalized_shape, weight, bias, eps):
             or x.layout is not torch.strided or not x.dim() or x.shape[-1] != cols
             or not x.is_contiguous() or x.is_neg() or type(eps) is not float):
         return None
+    if residual is not None and (type(residual) is not torch.Tensor
+                                 or residual.dtype is not x.dtype or not residual.is_cpu
+                                 or residual.layout is not torch.strided
+                                 or residual.shape != x.shape
+                                 or not residual.is_contiguous() or residual.is_neg()):
+        return None
     for p in weight, bias:
         if p is not None and (p.dtype is not _F32 or not p.is_cpu
                               or p.layout is not torch.strided or p.shape != (cols,)
                               or not p.is_contiguous() or p.is_neg()):
             return None
     y = _new(x)
-    _forward_call(_TYPES[x.dtype], center, False, x.numel() // cols, cols, x.data_ptr(),
-                  cols, None, cols, None if weight is None else weight.data_ptr(),
+    s = None if residual is None else _new(x)
+    _forward_call(_TYPES[x.dtype], center, s is not None, x.numel() // cols, cols,
+                  x.data_ptr(), cols, None if residual is None else residual.data_ptr(),
+                  cols, None if weight is None else weight.data_ptr(),
                   None if bias is None else bias.data_ptr(), _args.float32(eps, "eps"),
-                  None, cols, y.data_ptr(), cols, None, None)
-    return y
+                  None if s is None else s.data_ptr(), cols, y.data_ptr(), cols, None,
+                  None)
+    return y if s is None else (y, s)
 
 
 def _norm(function, center, x, residual, normalized_shape, weight, bias, eps,
           fallback):
     """The four functions: the library's Function, or PyTorch's op with fallback."""
-    if residual is None:
-        if function.startswith("add_"):  # not y alone
-            raise TypeError("residual must be a torch.Tensor, not NoneType")
-        y = _inference(center, x, normalized_shape, weight, bias, eps)
-        if y is not None:
-            return y
+    if residual is None and function.startswith("add_"):  # not y alone
+        raise TypeError("residual must be a torch.Tensor, not NoneType")
+    out = _inference(center, x, residual, normalized_shape, weight, bias, eps)
+    if out is not None:
+        return out
     norm = _shape(normalized_shape)
     if not (ours(function, fallback, _NAMES, x, residual, weight, bias)
             and one_dtype(function, fallback, x, (("residual", residual),),
