@@ -119,8 +119,9 @@ void SpanGradApply(const T* x, const T* dy, size_t n, const SpanGrad& g, bool st
 // ---------------------------------------------------------------- columns
 // (NHWC)
 
-// Whether the column sums take four vectors of a row at a time (panel_sums below).
-constexpr bool kColumnPanels = HWY_MAX_BYTES >= 64;
+// Whether the column sums take four vectors of a row at a time (panel_sums below): on
+// AVX-512, where it was measured.
+constexpr bool kColumnPanels = HWY_MAX_BYTES >= 64 && !HWY_HAVE_SCALABLE;
 
 // Per-column sums of [rows][c] by blocks of kBlockVectors rows (two chains per
 // lane) in a pairwise tree per column; scratch holds the tree's levels.
