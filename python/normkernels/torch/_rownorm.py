@@ -154,14 +154,8 @@ def _inference(center, x, residual, normalized_shape, weight, bias, eps):
                               or p.layout is not torch.strided or p.shape != (cols,)
                               or not p.is_contiguous() or p.is_neg()):
             return None
-    y = _new(x)
-    s = None if residual is None else _new(x)
-    _forward_call(_TYPES[x.dtype], center, s is not None, x.numel() // cols, cols,
-                  x.data_ptr(), cols, None if residual is None else residual.data_ptr(),
-                  cols, None if weight is None else weight.data_ptr(),
-                  None if bias is None else bias.data_ptr(), _args.float32(eps, "eps"),
-                  None if s is None else s.data_ptr(), cols, y.data_ptr(), cols, None,
-                  None)
+    plan = center, _args.float32(eps, "eps"), (cols,), x.numel() // cols, cols, cols, cols
+    y, s = _forward(x, residual, weight, bias, plan)
     return y if s is None else (y, s)
 
 
