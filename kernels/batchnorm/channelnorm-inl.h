@@ -381,16 +381,28 @@ HWY_INLINE void AffinePlanes(const T* x, size_t spatial, size_t count,
   const size_t end = spatial * count;
   size_t i = 0, p = 0, plane_end = spatial;
   Params cur = params(affine[0]);
+  const auto store = [&](size_t at) HWY_ATTR {
+    StoreElems(cur(LoadElems(d, x + at)), d, y + at);
+  };
   while (i + N <= end) {
-    if (i + N <= plane_end) {
-      StoreElems(cur(LoadElems(d, x + i)), d, y + i);
-      i += N;
-      if (i == plane_end && ++p < count) {
-        plane_end += spatial;
-        cur = params(affine[p]);
-      }
+    // Plane p's whole vectors from i, four a step: a vector a step, with the checks
+    // for the plane's end, was a third of the instructions (BatchNorm training NCHW
+    // bf16 32x64x56x56, GroupNorm 32x512x14x14).
+    const size_t whole = i + (plane_end - i) / N * N;
+    for (; i + 4 * N <= whole; i += 4 * N) {
+      store(i);
+      store(i + N);
+      store(i + 2 * N);
+      store(i + 3 * N);
+    }
+    for (; i < whole; i += N) store(i);
+    if (i == plane_end) {
+      if (++p == count) break;
+      plane_end += spatial;
+      cur = params(affine[p]);
       continue;
     }
+    if (i + N > end) break;
     // Planes p and p + 1 (spatial >= N: no more); p + 1 < count, as i + N <= end.
     const Params next = params(affine[p + 1]);
     const auto first = hn::FirstN(d, plane_end - i);
