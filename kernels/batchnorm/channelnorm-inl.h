@@ -381,9 +381,8 @@ HWY_INLINE void AffinePlanes(const T* x, size_t spatial, size_t count,
   const size_t end = spatial * count;
   size_t i = 0, p = 0, plane_end = spatial;
   Params cur = params(affine[0]);
-  const auto store = [&](size_t at) HWY_ATTR {
-    StoreElems(cur(LoadElems(d, x + at)), d, y + at);
-  };
+  const auto store = [&](size_t at)
+                         HWY_ATTR { StoreElems(cur(LoadElems(d, x + at)), d, y + at); };
   while (i + N <= end) {
     // Plane p's whole vectors from i, four a step: a vector a step, with the checks
     // for the plane's end, was a third of the instructions (BatchNorm training NCHW
