@@ -387,7 +387,7 @@ HWY_INLINE void AffinePlanes(const T* x, size_t spatial, size_t count,
     // Plane p's whole vectors from i, four a step: a vector a step, with the checks
     // for the plane's end, held bf16 back (BatchNorm training NCHW 32x64x56x56, 1
     // thread, time after / before in one process: AVX3 and AVX2 bf16 0.90-0.92, fp16
-    // 0.98-1.0; fp32, SSE4 and planes of 49 within 2%).
+    // 0.98-1.0; fp32, SSE4 and planes of 49 within 3%).
     const size_t whole = i + (plane_end - i) / N * N;
     for (; i + 4 * N <= whole; i += 4 * N) {
       store(i);
