@@ -443,11 +443,11 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
     // As NormalizeSpan, each row's y line every four vectors, while the group's x is in
     // L1; once it comes from L2 the requests cost more than they save (4 MiB, 4096 and
     // 8192 columns, 1 thread, A/B in the benchmark: 2-4% faster without). Four vectors
-    // a step: a step of one left a fifth of the instructions to the loop and the
-    // group's eight statistics to the stack (LayerNorm, 1 thread, time after / before
-    // in one process: AVX2 64x1024 0.89-0.94, 1024x1024 0.96, 2048x512 0.91-0.94;
-    // AVX3 64x1024 0.91-0.93; SSE4 0.97). (From the end back, below, it gained nothing:
-    // 4096 and 8192 columns wait on L2.)
+    // a step: a step of one spent a third of its instructions on the loop and read two
+    // rows' mean and rstd from the stack (LayerNorm, 1 thread, time after / before in
+    // one process: AVX2 64x1024 0.89-0.94, 1024x1024 0.96, 2048x512 0.91-0.94; AVX3
+    // 64x1024 0.91-0.93; SSE4 0.97). (From the end back, below, it gained nothing: 4096
+    // and 8192 columns wait on L2.)
     for (; i + 4 * N <= body_end; i += 4 * N) {
       for (size_t k = 0; k < kGroupRows; ++k) {
         hwy::Prefetch(reinterpret_cast<const char*>(y + k * ldy + i) + kWriteAheadBytes);
