@@ -42,14 +42,24 @@ SpanAffine TrainingAffine(const Job& job, size_t ci, const SetStats& st) {
   return {true, st.scale, st.mean, st.rstd, gamma, beta};
 }
 
-// Inference folds everything into one multiply-add: y = x * mul + add.
+// Inference folds everything into one multiply-add: y = x * mul + add. Where the
+// fold overflows fp32 but its parts do not (gamma near the fp32 limit, found by
+// fuzz_batchnorm), y = ((x - mean) * rstd) * gamma + beta, as training's slow path maps
+// it: scale 0.5 and the halved mean and doubled rstd (exact) select that map.
 template <class Job>
 SpanAffine InferenceAffine(const Job& job, size_t ci, float mean, float var) {
   const double gamma = job.gamma != nullptr ? job.gamma[ci] : 1.0;
   const double beta = job.beta != nullptr ? job.beta[ci] : 0.0;
   const double mul = gamma / std::sqrt(static_cast<double>(var) + job.eps);
-  return {false, 1.0f, 0.0f, 1.0f, static_cast<float>(mul),
-          static_cast<float>(beta - mean * mul)};
+  const float mul_f = static_cast<float>(mul);
+  const float add_f = static_cast<float>(beta - mean * mul);
+  const float rstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var) + job.eps));
+  if ((std::isinf(mul_f) || std::isinf(add_f)) && std::isfinite(2.0f * rstd) &&
+      std::isfinite(mean) && std::isfinite(static_cast<float>(gamma))) {
+    return {true, 0.5f, 0.5f * mean, 2.0f * rstd, static_cast<float>(gamma),
+            static_cast<float>(beta)};
+  }
+  return {false, 1.0f, 0.0f, 1.0f, mul_f, add_f};
 }
 
 template <class Job>
@@ -325,7 +335,10 @@ class Columns {
   void Apply(size_t t, size_t parts, bool center) const {
     const size_t c = job_.c;
     const bool scaled = scaled_.load(std::memory_order_relaxed);
-    const ColumnAffine columns = {scaled ? params_ : nullptr, center ? params_ + c : nullptr,
+    // Scaled maps subtract their shift (inference's overflow fallback); the others'
+    // shift is then 0, which changes nothing.
+    const ColumnAffine columns = {scaled ? params_ : nullptr,
+                                  center || scaled ? params_ + c : nullptr,
                                   params_ + 2 * c, params_ + 3 * c, params_ + 4 * c};
     size_t r0, r1;
     rows_.Part(t, parts, &r0, &r1);

@@ -434,9 +434,14 @@ void ChannelPlanesApply(const T* x, size_t spatial, size_t count,
   // AffinePlanes' parameter sets cannot hold as struct members.
   if constexpr (!HWY_HAVE_SCALABLE) {
     if (spatial >= hn::Lanes(hn::ScalableTag<float>())) {
-      bool scaled = false;
-      for (size_t p = 0; p < count; ++p) scaled |= affine[p].scale != 1.0f;
-      if (affine[0].center) {
+      // One map for the run: centred where any plane's is (x - 0 is x, so a plane
+      // that is not loses nothing), scaled likewise (times 1 is exact).
+      bool scaled = false, centered = false;
+      for (size_t p = 0; p < count; ++p) {
+        scaled |= affine[p].scale != 1.0f;
+        centered |= affine[p].center;
+      }
+      if (centered) {
         scaled ? AffinePlanes<true, true>(x, spatial, count, affine, y)
                : AffinePlanes<true, false>(x, spatial, count, affine, y);
       } else {
