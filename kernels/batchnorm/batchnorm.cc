@@ -53,11 +53,12 @@ SpanAffine InferenceAffine(const Job& job, size_t ci, float mean, float var) {
   const double mul = gamma / std::sqrt(static_cast<double>(var) + job.eps);
   const float mul_f = static_cast<float>(mul);
   const float add_f = static_cast<float>(beta - mean * mul);
-  const float rstd = static_cast<float>(1.0 / std::sqrt(static_cast<double>(var) + job.eps));
+  const float rstd =
+      static_cast<float>(1.0 / std::sqrt(static_cast<double>(var) + job.eps));
+  const float g = static_cast<float>(gamma), b = static_cast<float>(beta);
   if ((std::isinf(mul_f) || std::isinf(add_f)) && std::isfinite(2.0f * rstd) &&
-      std::isfinite(mean) && std::isfinite(static_cast<float>(gamma))) {
-    return {true, 0.5f, 0.5f * mean, 2.0f * rstd, static_cast<float>(gamma),
-            static_cast<float>(beta)};
+      std::isfinite(mean) && std::isfinite(g)) {
+    return {true, 0.5f, 0.5f * mean, 2.0f * rstd, g, b};
   }
   return {false, 1.0f, 0.0f, 1.0f, mul_f, add_f};
 }
