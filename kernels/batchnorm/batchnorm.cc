@@ -50,11 +50,11 @@ template <class Job>
 SpanAffine InferenceAffine(const Job& job, size_t ci, float mean, float var) {
   const double gamma = job.gamma != nullptr ? job.gamma[ci] : 1.0;
   const double beta = job.beta != nullptr ? job.beta[ci] : 0.0;
-  const double mul = gamma / std::sqrt(static_cast<double>(var) + job.eps);
+  const double root = std::sqrt(static_cast<double>(var) + job.eps);
+  const double mul = gamma / root;
   const float mul_f = static_cast<float>(mul);
   const float add_f = static_cast<float>(beta - mean * mul);
-  const float rstd =
-      static_cast<float>(1.0 / std::sqrt(static_cast<double>(var) + job.eps));
+  const float rstd = static_cast<float>(1.0 / root);
   const float g = static_cast<float>(gamma), b = static_cast<float>(beta);
   if ((std::isinf(mul_f) || std::isinf(add_f)) && std::isfinite(2.0f * rstd) &&
       std::isfinite(mean) && std::isfinite(g)) {
