@@ -496,7 +496,8 @@ TEST_P(LayerNormTest, LargeTensorsStream) {
     ASSERT_GE(CheckCase(c), 0);
   }
   // Streamed groups of short rows, on every ISA (StreamGroups; longer rows go in groups
-  // only where a vector is a line), y at a line and at 16 bytes past one.
+  // where a vector is a line or the core runs AVX-512), y at a line and at 16 bytes
+  // past one.
   for (size_t misalign : {0, 4}) {
     Case c;
     c.op = misalign == 0 ? Op::kLayerNorm : Op::kAddLayerNorm;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/common/cache_sets.h"
+#include "kernels/common/cpu_targets.h"
 #include "kernels/common/dispatch.h"
 #include "kernels/common/errors.h"
 #include "kernels/common/moments.h"
@@ -246,6 +247,10 @@ nk_status RunRowNorm(RowNormJobT<T> job) {
   // and y reached StreamBytes() instead of once y alone did: 1250 -> 630 us.
   const size_t tensors = 2 + (job.residual != nullptr) + (job.sum != nullptr);
   job.stream = tensors * elements * sizeof(T) >= StreamBytes();
+  // Cores that run AVX-512 keep a group's lines at any target (StreamGroups). Read
+  // once: CPUID costs microseconds in a virtual machine.
+  static const bool avx512_core = (CpuTargets() & HWY_AVX3) != 0;
+  job.stream_groups = avx512_core;
   if (const nk_status status = SetStandIns(job); status != NK_OK) return status;
   AlignParams(job);
   const int threads = ThreadsFor(elements);

@@ -285,20 +285,24 @@ HWY_INLINE void FinalizeGroup(const Moments (&m)[kGroupRows], float eps,
 }
 
 // Whether streamed rows of `cols` columns go in groups: at AVX-512 (an fp32 vector
-// spans a cache line; half tensors too), or where the rows are short. With narrower
-// vectors (AVX2, SSE4, NEON), groups stream a line of each row at a time, and for rows
-// of 768 columns and more rows one at a time were faster: LayerNorm, 1 thread, Zen 3,
+// spans a cache line; half tensors too), where the rows are short, or on a core that
+// runs AVX-512 (`any_width`, RowNormJobT::stream_groups) whatever the target. With
+// narrower vectors, groups stream a line of each row at a time, and on Zen 3 (no
+// AVX-512) rows of 768 columns and more were faster one at a time: LayerNorm, 1 thread,
 // fastest of 5 in two alternating rounds, groups -> rows one at a time: AVX2
 // 16384x1024 8.3-10.2 -> 5.1-6.3 ms, 4096x4096 9.4-10.0 -> 6.1-6.8, 2048x8192
 // 9.6-10.0 -> 6.7-6.9, 21845x768 6.7-7.3 -> 5.0-5.5 (oneDNN 8.6-11 ms); SSE4
 // 16384x1024 at +16 bytes 15.5-16.2 -> 9.1-10.1 ms, 4096x4096 14.4-16.1 -> 8.4-9.7.
 // For 256 columns the groups were faster (AVX2 65536x256 at +16 bytes: 7.8-8.0 ms
-// against 9.4-9.8). At AVX3 (Zen 4) the groups win for half tensors: 16384x1024, 1
-// thread, fastest of 21, bf16 2.2-2.3 ms in groups against 3.2-3.3 one at a time,
-// fp16 1.8-1.9 against 2.8-2.9.
+// against 9.4-9.8). Zen 4 and 5 keep a group's lines: capped at AVX2 or SSE4 there,
+// the groups win at every width (Zen 5, 1 thread, p25, rows one at a time -> groups:
+// AVX2 16384x1024 3.5 -> 3.1 ms, 2048x8192 3.7 -> 3.1; SSE4 16384x1024 5.4 -> 4.8,
+// 21845x768 5.8 -> 4.9; docs/performance.md), as at AVX3 for half tensors (Zen 4,
+// 16384x1024, fastest of 21: bf16 2.2-2.3 ms in groups against 3.2-3.3 one at a time,
+// fp16 1.8-1.9 against 2.8-2.9).
 constexpr size_t kShortStreamCols = 512;
-HWY_INLINE bool StreamGroups(size_t cols) {
-  return FloatVectorSpansLine() || cols <= kShortStreamCols;
+HWY_INLINE bool StreamGroups(size_t cols, bool any_width) {
+  return FloatVectorSpansLine() || any_width || cols <= kShortStreamCols;
 }
 
 // y of kGroupRows rows (at y's row stride) from their sources and statistics
@@ -564,7 +568,9 @@ void RowsT(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t r1) {
                           job.ldy % kLineElems<T> == 0;
   size_t r = r0;
 #if !HWY_HAVE_SCALABLE  // whose vectors arrays cannot hold: rows one at a time there
-  if (cols <= kChunk && (!job.stream || (rows_alike && StreamGroups(cols)))) {
+  const bool groups =
+      !job.stream || (rows_alike && StreamGroups(cols, job.stream_groups));
+  if (cols <= kChunk && groups) {
     for (; r + kGroupRows <= r1; r += kGroupRows) {
       Src src[kGroupRows];
       hn::Vec<decltype(d)> mean[kGroupRows], m2[kGroupRows];

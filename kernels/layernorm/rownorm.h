@@ -32,6 +32,7 @@ struct RowNormJobT {
   float* rstd;              // [rows], rrms for RMSNorm
   size_t ldx, ldr, lds, ldy;  // row strides (elements) of x, residual, sum, y
   bool stream;              // write y with non-temporal stores
+  bool stream_groups;       // streamed rows go in groups at any width (StreamGroups)
   bool align_y;             // y is stored from its first vector boundary on (see
                             // AlignY in layernorm.cc)
 };
