@@ -88,13 +88,23 @@ HWY_INLINE void StoreSpan(size_t n, bool stream, T* y, const Value& value) {
     constexpr size_t kLine = kLineElems<T>;
     for (const size_t head = HWY_MIN(HeadToLine(y), n); i < head; ++i) store(d1, i);
     const size_t lines_end = i + (n - i) / kLine * kLine;
+    if constexpr (kStoresInPairs<decltype(d), T>) {  // a line a step (y + i at a line)
+      for (; i + 2 * N <= lines_end; i += 2 * N) {
+        StreamPair(value(d, i), value(d, i + N), d, y + i);
+      }
+    }
     for (; i + N <= lines_end; i += N) StreamElems(value(d, i), d, y + i);
   }
   for (; i + 4 * N <= n; i += 4 * N) {
-    store(d, i);
-    store(d, i + N);
-    store(d, i + 2 * N);
-    store(d, i + 3 * N);
+    if constexpr (kStoresInPairs<decltype(d), T>) {
+      StorePair(value(d, i), value(d, i + N), d, y + i);
+      StorePair(value(d, i + 2 * N), value(d, i + 3 * N), d, y + i + 2 * N);
+    } else {
+      store(d, i);
+      store(d, i + N);
+      store(d, i + 2 * N);
+      store(d, i + 3 * N);
+    }
   }
   ForEachVector(d, i, n, store);
 }
@@ -383,6 +393,9 @@ HWY_INLINE void AffinePlanes(const T* x, size_t spatial, size_t count,
   Params cur = params(affine[0]);
   const auto store = [&](size_t at)
                          HWY_ATTR { StoreElems(cur(LoadElems(d, x + at)), d, y + at); };
+  const auto store_pair = [&](size_t at) HWY_ATTR {
+    StorePair(cur(LoadElems(d, x + at)), cur(LoadElems(d, x + at + N)), d, y + at);
+  };
   while (i + N <= end) {
     // Plane p's whole vectors from i, four a step: a vector a step, with the checks
     // for the plane's end, held bf16 back (BatchNorm training NCHW 32x64x56x56, 1
@@ -390,10 +403,15 @@ HWY_INLINE void AffinePlanes(const T* x, size_t spatial, size_t count,
     // 0.98-1.0; fp32, SSE4 and planes of 49 within 3%).
     const size_t whole = i + (plane_end - i) / N * N;
     for (; i + 4 * N <= whole; i += 4 * N) {
-      store(i);
-      store(i + N);
-      store(i + 2 * N);
-      store(i + 3 * N);
+      if constexpr (kStoresInPairs<decltype(d), T>) {
+        store_pair(i);
+        store_pair(i + 2 * N);
+      } else {
+        store(i);
+        store(i + N);
+        store(i + 2 * N);
+        store(i + 3 * N);
+      }
     }
     for (; i < whole; i += N) store(i);
     if (i == plane_end) {

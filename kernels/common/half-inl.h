@@ -159,6 +159,20 @@ NK_HALF_INLINE hn::Vec<HalfTag<D>> NarrowBf16(D d, hn::Vec<D> v) {
   return NarrowBf16Bits(d, v);
 }
 
+#if HWY_TARGET == HWY_AVX3
+// lo and hi narrowed together by vcvtne2ps2bf16 (lo's 16 bf16, then hi's) into *out,
+// where AVX512-BF16 is used and neither holds a subnormal: one test and one convert
+// for two vectors. False otherwise (NarrowBf16 each, then).
+HWY_INLINE bool NarrowBf16Pair(__m512 lo, __m512 hi, __m512i* out) {
+  if (!kUseAvx512Bf16) return false;
+  if ((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0) {
+    return false;
+  }
+  asm("vcvtne2ps2bf16 %2, %1, %0" : "=v"(*out) : "v"(hi), "v"(lo));
+  return true;
+}
+#endif
+
 // v rounded to the nearest bf16, kept in fp32: no narrowing and widening where the
 // rounding is integer arithmetic.
 template <class D>

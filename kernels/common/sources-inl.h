@@ -92,6 +92,46 @@ HWY_INLINE void StreamElems(hn::Vec<D> v, D d, T* p) {
   }
 }
 
+// Whether StorePair / StreamPair narrow two vectors in one instruction (bf16 at
+// AVX-512: NarrowBf16Pair), so that loops storing consecutive vectors take them in
+// pairs.
+template <class D, class T>
+constexpr bool kStoresInPairs = HWY_TARGET == HWY_AVX3 &&
+                                std::is_same_v<T, hwy::bfloat16_t> &&
+                                hn::MaxLanes(D()) == 16;
+
+// lo at p, hi at p + Lanes(d), as StoreElems each.
+template <class D, class T>
+HWY_INLINE void StorePair(hn::Vec<D> lo, hn::Vec<D> hi, D d, T* p) {
+#if HWY_TARGET == HWY_AVX3
+  if constexpr (kStoresInPairs<D, T>) {
+    __m512i h;
+    if (NarrowBf16Pair(lo.raw, hi.raw, &h)) {
+      _mm512_storeu_si512(p, h);
+      return;
+    }
+  }
+#endif
+  StoreElems(lo, d, p);
+  StoreElems(hi, d, p + hn::Lanes(d));
+}
+
+// The same with non-temporal stores, p at a multiple of both vectors' size.
+template <class D, class T>
+HWY_INLINE void StreamPair(hn::Vec<D> lo, hn::Vec<D> hi, D d, T* p) {
+#if HWY_TARGET == HWY_AVX3
+  if constexpr (kStoresInPairs<D, T>) {
+    __m512i h;
+    if (NarrowBf16Pair(lo.raw, hi.raw, &h)) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(p), h);
+      return;
+    }
+  }
+#endif
+  StreamElems(lo, d, p);
+  StreamElems(hi, d, p + hn::Lanes(d));
+}
+
 // v as a T holds it: v itself for float, rounded to nearest even for halves.
 template <class T, class D>
 HWY_INLINE hn::Vec<D> RoundTo(D d, hn::Vec<D> v) {
@@ -295,6 +335,11 @@ HWY_INLINE size_t HeadToLine(const T* y) {
   const uintptr_t addr = reinterpret_cast<uintptr_t>(y);
   if (addr % sizeof(T) != 0) return 0;
   return (kLineBytes - addr % kLineBytes) % kLineBytes / sizeof(T);
+}
+
+template <class T>
+HWY_INLINE bool IsLineAligned(const T* p) {
+  return reinterpret_cast<uintptr_t>(p) % kLineBytes == 0;
 }
 
 // Where a streamed span of y starts: its first vector boundary where that is y itself

@@ -151,6 +151,16 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
     i += StreamLead(d, y + c0);
     const size_t lines_end = i + (end - i) / unit * unit;
     StoreWithin(d, normalized, c0, i, y);
+    if constexpr (kStoresInPairs<decltype(d), T>) {  // a line a step, from a line on
+      if (i + N <= lines_end && !IsLineAligned(y + i)) {
+        StreamElems(normalized(d, i), d, y + i);
+        i += N;
+      }
+      for (; i + 2 * N <= lines_end; i += 2 * N) {
+        if (prefetch != nullptr) hwy::Prefetch(prefetch + i);
+        StreamPair(normalized(d, i), normalized(d, i + N), d, y + i);
+      }
+    }
     for (; i + N <= lines_end; i += N) {
       if (prefetch != nullptr) hwy::Prefetch(prefetch + i);
       StreamElems(normalized(d, i), d, y + i);
@@ -176,10 +186,15 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
   }
   for (; i + 4 * N <= end; i += 4 * N) {  // unrolled: loop overhead is a third otherwise
     hwy::Prefetch(reinterpret_cast<const char*>(y + i) + kWriteAheadBytes);
-    store(d, i);
-    store(d, i + N);
-    store(d, i + 2 * N);
-    store(d, i + 3 * N);
+    if constexpr (kStoresInPairs<decltype(d), T>) {
+      StorePair(normalized(d, i), normalized(d, i + N), d, y + i);
+      StorePair(normalized(d, i + 2 * N), normalized(d, i + 3 * N), d, y + i + 2 * N);
+    } else {
+      store(d, i);
+      store(d, i + N);
+      store(d, i + 2 * N);
+      store(d, i + 3 * N);
+    }
   }
   ForEachVector(d, i, end, store);
   if (head != 0) {
@@ -356,6 +371,23 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
       store(Affine<kCenter>(v[k], mean[k], rstd[k], g, b), k, y + k * ldy + i);
     }
   };
+  // Two vectors of each row, stored as pairs (kStoresInPairs).
+  const auto pair = [&](const Src(&rows)[kGroupRows], size_t i, auto store) HWY_ATTR {
+    const V g0 = hn::LoadU(d, gamma + i), g1 = hn::LoadU(d, gamma + i + N);
+    const V b0 = kCenter ? hn::LoadU(d, beta + i) : hn::Zero(d);
+    const V b1 = kCenter ? hn::LoadU(d, beta + i + N) : hn::Zero(d);
+    V v[kGroupRows][2];  // every row's x before any row's y, as above
+    HWY_UNROLL(4)
+    for (size_t k = 0; k < kGroupRows; ++k) {
+      v[k][0] = rows[k].Load(d, i);
+      v[k][1] = rows[k].Load(d, i + N);
+    }
+    HWY_UNROLL(4)
+    for (size_t k = 0; k < kGroupRows; ++k) {
+      store(Affine<kCenter>(v[k][0], mean[k], rstd[k], g0, b0),
+            Affine<kCenter>(v[k][1], mean[k], rstd[k], g1, b1), d, y + k * ldy + i);
+    }
+  };
   if (stream) {
     // Streamed from where StreamLead says (sources-inl.h), the same in every row (cols
     // and ldy whole lines, as RowsT checks); the elements before it and after the last
@@ -386,6 +418,16 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
       for (size_t k = 0; k < kGroupRows; ++k) held[k] = src[k];
       // [lead, lines_end) is whole steps: cols and ldy are whole lines (RowsT checks),
       // and a step of kLineVecs vectors divides a line.
+      if constexpr (kStoresInPairs<decltype(d), T>) {  // a line of each row a step
+        static_assert(kLineVecs == 2, "a pair of vectors is a line");
+        if (IsLineAligned(y + i)) {
+          for (; i + 2 * N <= lines_end; i += 2 * N) {
+            pair(held, i, [&](V lo, V hi, auto dv, T* p) HWY_ATTR {
+              StreamPair(lo, hi, dv, p);
+            });
+          }
+        }
+      }
       for (; i + kLineVecs * N <= lines_end; i += kLineVecs * N) {
         V g[kLineVecs], b[kLineVecs];
         for (size_t j = 0; j < kLineVecs; ++j) {
@@ -456,8 +498,16 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
       for (size_t k = 0; k < kGroupRows; ++k) {
         hwy::Prefetch(reinterpret_cast<const char*>(y + k * ldy + i) + kWriteAheadBytes);
       }
-      HWY_UNROLL(4)
-      for (size_t j = 0; j < 4; ++j) vector(held, i + j * N, store);
+      if constexpr (kStoresInPairs<decltype(d), T>) {
+        const auto store_pair = [&](V lo, V hi, auto dv, T* p) HWY_ATTR {
+          StorePair(lo, hi, dv, p);
+        };
+        pair(held, i, store_pair);
+        pair(held, i + 2 * N, store_pair);
+      } else {
+        HWY_UNROLL(4)
+        for (size_t j = 0; j < 4; ++j) vector(held, i + j * N, store);
+      }
     }
     for (; i + N <= body_end; i += N) vector(held, i, store);
   } else {

@@ -76,6 +76,26 @@ HWY_INLINE void StoreNormalized(D d, const V (&v)[kRows][kVecs], const V (&rstd)
                                 const float* HWY_RESTRICT beta, T* y, size_t ldy,
                                 bool stream, uint32_t skip) {
   const size_t N = hn::Lanes(d);
+  if constexpr (kStoresInPairs<D, T> && kVecs % 2 == 0) {  // a line of each row a step
+    HWY_UNROLL(8)
+    for (size_t k = 0; k < kVecs; k += 2) {
+      const V g0 = hn::LoadU(d, gamma + k * N), g1 = hn::LoadU(d, gamma + k * N + N);
+      const V b0 = hn::LoadU(d, beta + k * N), b1 = hn::LoadU(d, beta + k * N + N);
+      HWY_UNROLL(16)
+      for (size_t i = 0; i < kRows; ++i) {
+        if (skip & (1u << i)) continue;
+        const V lo = hn::MulAdd(hn::Mul(v[i][k], rstd[i]), g0, b0);
+        const V hi = hn::MulAdd(hn::Mul(v[i][k + 1], rstd[i]), g1, b1);
+        T* p = y + i * ldy + k * N;
+        if (stream) {
+          StreamPair(lo, hi, d, p);
+        } else {
+          StorePair(lo, hi, d, p);
+        }
+      }
+    }
+    return;
+  }
   HWY_UNROLL(16)
   for (size_t k = 0; k < kVecs; ++k) {
     const V g = hn::LoadU(d, gamma + k * N);
