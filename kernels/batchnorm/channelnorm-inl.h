@@ -88,7 +88,7 @@ HWY_INLINE void StoreSpan(size_t n, bool stream, T* y, const Value& value) {
     constexpr size_t kLine = kLineElems<T>;
     for (const size_t head = HWY_MIN(HeadToLine(y), n); i < head; ++i) store(d1, i);
     const size_t lines_end = i + (n - i) / kLine * kLine;
-    if constexpr (kStoresInPairs<decltype(d), T>) {  // a line a step (y + i at a line)
+    if constexpr (StoresInPairs<decltype(d), T>()) {  // a line a step (y + i at a line)
       for (; i + 2 * N <= lines_end; i += 2 * N) {
         StreamPair(value(d, i), value(d, i + N), d, y + i);
       }
@@ -96,7 +96,7 @@ HWY_INLINE void StoreSpan(size_t n, bool stream, T* y, const Value& value) {
     for (; i + N <= lines_end; i += N) StreamElems(value(d, i), d, y + i);
   }
   for (; i + 4 * N <= n; i += 4 * N) {
-    if constexpr (kStoresInPairs<decltype(d), T>) {
+    if constexpr (StoresInPairs<decltype(d), T>()) {
       StorePair(value(d, i), value(d, i + N), d, y + i);
       StorePair(value(d, i + 2 * N), value(d, i + 3 * N), d, y + i + 2 * N);
     } else {
@@ -403,7 +403,7 @@ HWY_INLINE void AffinePlanes(const T* x, size_t spatial, size_t count,
     // 0.98-1.0; fp32, SSE4 and planes of 49 within 3%).
     const size_t whole = i + (plane_end - i) / N * N;
     for (; i + 4 * N <= whole; i += 4 * N) {
-      if constexpr (kStoresInPairs<decltype(d), T>) {
+      if constexpr (StoresInPairs<decltype(d), T>()) {
         store_pair(i);
         store_pair(i + 2 * N);
       } else {

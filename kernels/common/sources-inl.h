@@ -96,15 +96,16 @@ HWY_INLINE void StreamElems(hn::Vec<D> v, D d, T* p) {
 // AVX-512: NarrowBf16Pair), so that loops storing consecutive vectors take them in
 // pairs.
 template <class D, class T>
-constexpr bool kStoresInPairs = HWY_TARGET == HWY_AVX3 &&
-                                std::is_same_v<T, hwy::bfloat16_t> &&
-                                hn::MaxLanes(D()) == 16;
+constexpr bool StoresInPairs() {
+  return HWY_TARGET == HWY_AVX3 && hn::MaxLanes(D()) == 16 &&
+         std::is_same_v<T, hwy::bfloat16_t>;
+}
 
 // lo at p, hi at p + Lanes(d), as StoreElems each.
 template <class D, class T>
 HWY_INLINE void StorePair(hn::Vec<D> lo, hn::Vec<D> hi, D d, T* p) {
 #if HWY_TARGET == HWY_AVX3
-  if constexpr (kStoresInPairs<D, T>) {
+  if constexpr (StoresInPairs<D, T>()) {
     __m512i h;
     if (NarrowBf16Pair(lo.raw, hi.raw, &h)) {
       _mm512_storeu_si512(p, h);
@@ -120,7 +121,7 @@ HWY_INLINE void StorePair(hn::Vec<D> lo, hn::Vec<D> hi, D d, T* p) {
 template <class D, class T>
 HWY_INLINE void StreamPair(hn::Vec<D> lo, hn::Vec<D> hi, D d, T* p) {
 #if HWY_TARGET == HWY_AVX3
-  if constexpr (kStoresInPairs<D, T>) {
+  if constexpr (StoresInPairs<D, T>()) {
     __m512i h;
     if (NarrowBf16Pair(lo.raw, hi.raw, &h)) {
       _mm512_stream_si512(reinterpret_cast<__m512i*>(p), h);

@@ -151,7 +151,7 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
     i += StreamLead(d, y + c0);
     const size_t lines_end = i + (end - i) / unit * unit;
     StoreWithin(d, normalized, c0, i, y);
-    if constexpr (kStoresInPairs<decltype(d), T>) {  // a line a step, from a line on
+    if constexpr (StoresInPairs<decltype(d), T>()) {  // a line a step, from a line on
       if (i + N <= lines_end && !IsLineAligned(y + i)) {
         StreamElems(normalized(d, i), d, y + i);
         i += N;
@@ -186,7 +186,7 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
   }
   for (; i + 4 * N <= end; i += 4 * N) {  // unrolled: loop overhead is a third otherwise
     hwy::Prefetch(reinterpret_cast<const char*>(y + i) + kWriteAheadBytes);
-    if constexpr (kStoresInPairs<decltype(d), T>) {
+    if constexpr (StoresInPairs<decltype(d), T>()) {
       StorePair(normalized(d, i), normalized(d, i + N), d, y + i);
       StorePair(normalized(d, i + 2 * N), normalized(d, i + 3 * N), d, y + i + 2 * N);
     } else {
@@ -371,7 +371,7 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
       store(Affine<kCenter>(v[k], mean[k], rstd[k], g, b), k, y + k * ldy + i);
     }
   };
-  // Two vectors of each row, stored as pairs (kStoresInPairs).
+  // Two vectors of each row, stored as pairs (StoresInPairs).
   const auto pair = [&](const Src(&rows)[kGroupRows], size_t i, auto store) HWY_ATTR {
     const V g0 = hn::LoadU(d, gamma + i), g1 = hn::LoadU(d, gamma + i + N);
     const V b0 = kCenter ? hn::LoadU(d, beta + i) : hn::Zero(d);
@@ -418,13 +418,12 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
       for (size_t k = 0; k < kGroupRows; ++k) held[k] = src[k];
       // [lead, lines_end) is whole steps: cols and ldy are whole lines (RowsT checks),
       // and a step of kLineVecs vectors divides a line.
-      if constexpr (kStoresInPairs<decltype(d), T>) {  // a line of each row a step
+      if constexpr (StoresInPairs<decltype(d), T>()) {  // a line of each row a step
         static_assert(kLineVecs == 2, "a pair of vectors is a line");
         if (IsLineAligned(y + i)) {
           for (; i + 2 * N <= lines_end; i += 2 * N) {
-            pair(held, i, [&](V lo, V hi, auto dv, T* p) HWY_ATTR {
-              StreamPair(lo, hi, dv, p);
-            });
+            pair(held, i,
+                 [&](V lo, V hi, auto dv, T* p) HWY_ATTR { StreamPair(lo, hi, dv, p); });
           }
         }
       }
@@ -498,10 +497,9 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
       for (size_t k = 0; k < kGroupRows; ++k) {
         hwy::Prefetch(reinterpret_cast<const char*>(y + k * ldy + i) + kWriteAheadBytes);
       }
-      if constexpr (kStoresInPairs<decltype(d), T>) {
-        const auto store_pair = [&](V lo, V hi, auto dv, T* p) HWY_ATTR {
-          StorePair(lo, hi, dv, p);
-        };
+      if constexpr (StoresInPairs<decltype(d), T>()) {
+        const auto store_pair = [&](V lo, V hi, auto dv, T* p)
+                                    HWY_ATTR { StorePair(lo, hi, dv, p); };
         pair(held, i, store_pair);
         pair(held, i + 2 * N, store_pair);
       } else {

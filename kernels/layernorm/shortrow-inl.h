@@ -76,7 +76,7 @@ HWY_INLINE void StoreNormalized(D d, const V (&v)[kRows][kVecs], const V (&rstd)
                                 const float* HWY_RESTRICT beta, T* y, size_t ldy,
                                 bool stream, uint32_t skip) {
   const size_t N = hn::Lanes(d);
-  if constexpr (kStoresInPairs<D, T> && kVecs % 2 == 0) {  // a line of each row a step
+  if constexpr (StoresInPairs<D, T>() && kVecs % 2 == 0) {  // a line of each row a step
     HWY_UNROLL(8)
     for (size_t k = 0; k < kVecs; k += 2) {
       const V g0 = hn::LoadU(d, gamma + k * N), g1 = hn::LoadU(d, gamma + k * N + N);
