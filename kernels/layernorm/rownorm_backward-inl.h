@@ -387,6 +387,7 @@ HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t
     // bf16 at AVX3: two vectors of each row a step, stored as a pair (LayerNorm
     // backward bf16, 1 thread, time after / before: 1024x1024 and 256x4096 0.95-0.96,
     // at +16 bytes 0.91-0.92). Streamed dx in pairs was 2-6% slower (16384x1024).
+#if !HWY_HAVE_SCALABLE
     if constexpr (StoresInPairs<decltype(d), T>()) {
       hn::Vec<decltype(d)> lo[kRows];
       for (; i + 2 * N <= stop; i += 2 * N) {
@@ -397,6 +398,7 @@ HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t
         column(d, i + N, StorePairIn(lo, dx), AllLanes());
       }
     }
+#endif
     for (; i < stop; i += N) {
       if (i % kLineElems<T> < N) {
         for (size_t k = 0; k < kRows; ++k) {
