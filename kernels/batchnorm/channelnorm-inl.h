@@ -95,17 +95,7 @@ HWY_INLINE void StoreSpan(size_t n, bool stream, T* y, const Value& value) {
     }
     for (; i + N <= lines_end; i += N) StreamElems(value(d, i), d, y + i);
   }
-  for (; i + 4 * N <= n; i += 4 * N) {
-    if constexpr (StoresInPairs<decltype(d), T>()) {
-      StorePair(value(d, i), value(d, i + N), d, y + i);
-      StorePair(value(d, i + 2 * N), value(d, i + 3 * N), d, y + i + 2 * N);
-    } else {
-      store(d, i);
-      store(d, i + N);
-      store(d, i + 2 * N);
-      store(d, i + 3 * N);
-    }
-  }
+  for (; i + 4 * N <= n; i += 4 * N) StoreFour(d, value, i, y);
   ForEachVector(d, i, n, store);
 }
 
@@ -391,28 +381,16 @@ HWY_INLINE void AffinePlanes(const T* x, size_t spatial, size_t count,
   const size_t end = spatial * count;
   size_t i = 0, p = 0, plane_end = spatial;
   Params cur = params(affine[0]);
-  const auto store = [&](size_t at)
-                         HWY_ATTR { StoreElems(cur(LoadElems(d, x + at)), d, y + at); };
-  const auto store_pair = [&](size_t at) HWY_ATTR {
-    StorePair(cur(LoadElems(d, x + at)), cur(LoadElems(d, x + at + N)), d, y + at);
-  };
+  const auto value = [&](auto dv, size_t at)
+                         HWY_ATTR { return cur(LoadElems(dv, x + at)); };
+  const auto store = [&](size_t at) HWY_ATTR { StoreElems(value(d, at), d, y + at); };
   while (i + N <= end) {
     // Plane p's whole vectors from i, four a step: a vector a step, with the checks
     // for the plane's end, held bf16 back (BatchNorm training NCHW 32x64x56x56, 1
     // thread, time after / before in one process: AVX3 and AVX2 bf16 0.90-0.92, fp16
     // 0.98-1.0; fp32, SSE4 and planes of 49 within 3%).
     const size_t whole = i + (plane_end - i) / N * N;
-    for (; i + 4 * N <= whole; i += 4 * N) {
-      if constexpr (StoresInPairs<decltype(d), T>()) {
-        store_pair(i);
-        store_pair(i + 2 * N);
-      } else {
-        store(i);
-        store(i + N);
-        store(i + 2 * N);
-        store(i + 3 * N);
-      }
-    }
+    for (; i + 4 * N <= whole; i += 4 * N) StoreFour(d, value, i, y);
     for (; i < whole; i += N) store(i);
     if (i == plane_end) {
       if (++p == count) break;

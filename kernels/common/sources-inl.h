@@ -133,6 +133,23 @@ HWY_INLINE void StreamPair(hn::Vec<D> lo, hn::Vec<D> hi, D d, T* p) {
   StreamElems(hi, d, p + hn::Lanes(d));
 }
 
+// y[i, i + 4 Lanes(d)) = value(d, i), value(d, i + N), ...: four vectors, taken in
+// pairs where StoresInPairs says. value may read y: each vector is computed before it
+// is stored.
+template <class D, class Value, class T>
+HWY_INLINE void StoreFour(D d, const Value& value, size_t i, T* y) {
+  const size_t N = hn::Lanes(d);
+  if constexpr (StoresInPairs<D, T>()) {
+    StorePair(value(d, i), value(d, i + N), d, y + i);
+    StorePair(value(d, i + 2 * N), value(d, i + 3 * N), d, y + i + 2 * N);
+  } else {
+    StoreElems(value(d, i), d, y + i);
+    StoreElems(value(d, i + N), d, y + i + N);
+    StoreElems(value(d, i + 2 * N), d, y + i + 2 * N);
+    StoreElems(value(d, i + 3 * N), d, y + i + 3 * N);
+  }
+}
+
 // v as a T holds it: v itself for float, rounded to nearest even for halves.
 template <class T, class D>
 HWY_INLINE hn::Vec<D> RoundTo(D d, hn::Vec<D> v) {

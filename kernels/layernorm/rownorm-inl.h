@@ -186,15 +186,7 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
   }
   for (; i + 4 * N <= end; i += 4 * N) {  // unrolled: loop overhead is a third otherwise
     hwy::Prefetch(reinterpret_cast<const char*>(y + i) + kWriteAheadBytes);
-    if constexpr (StoresInPairs<decltype(d), T>()) {
-      StorePair(normalized(d, i), normalized(d, i + N), d, y + i);
-      StorePair(normalized(d, i + 2 * N), normalized(d, i + 3 * N), d, y + i + 2 * N);
-    } else {
-      store(d, i);
-      store(d, i + N);
-      store(d, i + 2 * N);
-      store(d, i + 3 * N);
-    }
+    StoreFour(d, normalized, i, y);
   }
   ForEachVector(d, i, end, store);
   if (head != 0) {
