@@ -372,7 +372,7 @@ TEST_P(LayerNormHalfTest, PrimesAndLongRows) {
   for (const HalfFormat& fmt : kFormats) {
     for (Op op : kAllOps) {
       for (size_t cols :
-           {97, 127, 251, 256, 509, 768, 1021, 1024, 4093, 4096, 4099, 100003}) {
+           {97, 127, 128, 251, 256, 509, 768, 1021, 1024, 4093, 4096, 4099, 100003}) {
         HalfCase c = MakeCase(fmt, op, cols > 20000 ? 1 : 3, cols, cols % 2 ? 1 : 3);
         ASSERT_TRUE(CheckHalf(c));
       }

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // shortrow-inl.h: rows of kVecs full vectors (cols == kVecs * Lanes), up to 16 held in
 // registers, kRows rows at a time so that their reductions overlap, and up to 32 (x86
-// below AVX-512) read again from L1, three rows in flight. Small rows spend their time in
-// horizontal reductions, sqrt/div and loop overhead, not in memory.
+// below AVX-512) read again from L1, three rows in flight (x86's half rows too). Small
+// rows spend their time in horizontal reductions, sqrt/div and loop overhead, not in
+// memory.
 //
 // Statistics take two passes: a pairwise sum, then the squared deviations from the
 // mean; held rows keep the deviations for normalization. cols is a power of two here,
@@ -17,12 +18,13 @@
 #endif
 
 #include <cmath>
+#include <type_traits>
 
 #include "hwy/highway.h"
 #include "kernels/common/moments.h"
+#include "kernels/common/sources-inl.h"
 #include "kernels/layernorm/rownorm-inl.h"
 #include "kernels/layernorm/rownorm.h"
-#include "kernels/common/sources-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace nk {
@@ -396,6 +398,17 @@ class RereadRows {
       if constexpr (kStore == kJoin) {
         (void)y;
         out.template PutAll<kVecs>(d, value);
+      } else if constexpr (StoresInPairs<D, T>() && kVecs % 2 == 0) {
+        // A line of y a step (bf16 at AVX3, 1 thread: 4096x256 read again 112 -> 97
+        // us; streamed 65536x256 at a line 0.90 of the time).
+        HWY_UNROLL(16)
+        for (size_t k = 0; k < kVecs; k += 2) {
+          if constexpr (kStore == kStream) {
+            StreamPair(value(k), value(k + 1), d, y + k * N);
+          } else {
+            StorePair(value(k), value(k + 1), d, y + k * N);
+          }
+        }
       } else {
         HWY_UNROLL(32)
         for (size_t k = 0; k < kVecs; ++k) {
@@ -490,18 +503,31 @@ void ShortRowsLoop(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t
   // held: joined into one span (65536x256 at +16 bytes, Zen 4: 1 thread 3.96 -> 2.92
   // ms, 2 threads 2.45 -> 1.98) and at a line (65536x256, Zen 5, 1 thread, p25 of
   // alternating processes: 2.31-2.34 -> 2.05-2.08 ms, 131072x256 5.33 -> 4.50; bf16
-  // and fp16 at a line 1.35-1.42 -> 0.83-1.37 ms, as fast as memory gives). Held
+  // and fp16 at a line 1.35-1.42 -> 0.83-1.37 ms, as fast as memory gives). Held fp32
   // rows are faster in the cache (4096x256 at +16 bytes: 172 against 195 us).
   // RereadRows sums their squares as ShortRows does: same bits.
   constexpr bool kRereadStreamed = kJoinable && kVecs == 16;
-  if constexpr (kVecs > kMaxHeldVectors || kRereadStreamed) {
-    if (kVecs > kMaxHeldVectors || join || stream) {
+  // Half rows of 8 or more vectors are faster read again on x86 from the cache too,
+  // where a load widens in one instruction (bf16; fp16 with F16C): held, a row's
+  // chain of sums, square root and divide waits one row at a time. LayerNorm, 1
+  // thread, calls alternating in one process, time read again / held: AVX3 4096x256
+  // bf16 0.58-0.60, fp16 0.56; 8192x128 bf16 0.80, fp16 0.71-0.72; streamed 131072x128
+  // bf16 0.80-0.86, fp16 0.72-0.89 (1 and 2 threads, +0 and +16 bytes). AVX2 16384x64
+  // bf16 0.75, fp16 0.71. SSE4 bf16 32768x32 0.88, but fp16 (widened in integer steps)
+  // 1.54. fp32 rows lost (AVX3 8192x128 and 16384x64 1.21; AVX2 1.01-1.09). Rows of
+  // 4 vectors stay held: their statistics take SumOfLanes4, the fp32 kernel's bits.
+  constexpr bool kRereadHalves =
+      HWY_ARCH_X86 && HWY_MAX_BYTES >= 16 && kVecs >= 8 &&
+      (std::is_same_v<T, hwy::bfloat16_t> ||
+       (std::is_same_v<T, hwy::float16_t> && HWY_TARGET <= HWY_AVX2));
+  if constexpr (kVecs > kMaxHeldVectors || kRereadHalves || kRereadStreamed) {
+    if (kVecs > kMaxHeldVectors || kRereadHalves || join || stream) {
       RereadRows<kVecs, kCenter, T, Src>(job, src0).Run(r0, r1, stream, join, out);
       if (join) out.Finish(d);
       return;
     }
   }
-  if constexpr (kVecs <= kMaxHeldVectors) {
+  if constexpr (kVecs <= kMaxHeldVectors && !kRereadHalves) {
     constexpr size_t kRows = kVecs >= 8 ? 16 / kVecs : 4;
     Moments bad_moments[kRows];
     size_t r = r0;
