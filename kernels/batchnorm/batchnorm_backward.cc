@@ -97,6 +97,31 @@ class GradPlanes {
     }
   }
 
+  // Whether ApplyChannel can join the planes' shared lines: streamed whole planes.
+  bool Joins() const { return ctx_.stream && whole_; }
+
+  // dx of channel ci. Where Joins(), the lines its planes share with channel ci - 1's
+  // and ci + 1's are joined through edges (one per sample; planes_grad_apply): those
+  // of ci - 1 are taken where edges_in, ci's held where hold. Returns whether they
+  // were held.
+  bool ApplyChannel(size_t ci, const SpanGrad& g, PlaneEdge* edges, bool edges_in,
+                    bool hold) const {
+    if (edges == nullptr || !Joins()) {
+      for (size_t p = 0; p < pieces_; ++p) Apply(ci, p, g);
+      return false;
+    }
+    bool held = false;
+    for (size_t piece = 0; piece < pieces_; ++piece) {
+      size_t first, planes, offset, len;
+      Piece(piece, &first, &planes, &offset, &len);
+      const size_t at = (first * job_.c + ci) * job_.spatial;
+      held = ctx_.k.planes_grad_apply(job_.x + at, job_.dy + at, planes,
+                                      job_.c * job_.spatial, len, g, job_.dx + at,
+                                      edges + first, edges_in, hold);
+    }
+    return held;
+  }
+
   // Part t of `parts` of the tensor's spans (kChunk of a plane) in memory order, each
   // by its channel's map.
   void ApplyInOrder(size_t t, size_t parts, const SpanGrad* maps) const {
@@ -150,12 +175,23 @@ nk_status RunPlanes(const Context<T>& ctx, const BatchNormGradJobT<T>& job,
                     const Finish& finish, SpanGrad* maps) {
   const GradPlanes<T> planes(ctx, job);
   if (ByChannel(job.c, ctx.threads)) {
+    // A thread's channels in order share their planes' lines (PlaneEdge): each
+    // thread's edges, one per sample, where it has more than one channel. Without the
+    // memory, the lines are stored in parts (the same values).
+    Workspace<PlaneEdge, struct PlaneEdgesTag> edges_ws;
+    const size_t per_thread = job.n;
+    PlaneEdge* edges =
+        maps != nullptr && planes.Joins() && job.c > static_cast<size_t>(ctx.threads)
+            ? edges_ws.Get(static_cast<size_t>(ctx.threads) * per_thread)
+            : nullptr;
     ForEachPart(ctx.threads, [&](size_t t, size_t parts) {
       const size_t end = PartBegin(job.c, t + 1, parts);
+      PlaneEdge* own = edges != nullptr ? edges + t * per_thread : nullptr;
+      bool held = false;
       for (size_t ci = PartBegin(job.c, t, parts); ci < end; ++ci) {
         finish(ci, planes.ChannelSums(ci));
         if (maps == nullptr) continue;
-        for (size_t p = 0; p < planes.pieces(); ++p) planes.Apply(ci, p, maps[ci]);
+        held = planes.ApplyChannel(ci, maps[ci], own, held, ci + 1 < end);
       }
       if (maps != nullptr && ctx.stream) hwy::FlushStream();
     });

@@ -44,6 +44,14 @@ struct SpanGrad {
   float mean, rstd, mean_dy, mean_dy_xhat, k, dy_scale;
 };
 
+// The end of a plane of NCHW whose last line it shares with the next channel's plane
+// of the same sample (a plane of 14x14 fp32 is 12.25 lines): held until that plane is
+// computed, then streamed with it as one line, where regular stores of each part
+// would read the line from memory first. A vector of 16 fp32 values, the plane's last.
+struct alignas(64) PlaneEdge {
+  float lanes[16];
+};
+
 // The same per column of a [rows][c] matrix: arrays of c values; dy_scale == nullptr
 // means ones.
 struct ColumnGrad {
@@ -156,6 +164,16 @@ struct ChannelNormKernelsT {
   // dx of a span by the channel's map; dx may be dy. `stream` as span_apply's.
   void (*span_grad_apply)(const T* x, const T* dy, size_t n, const SpanGrad& g,
                           bool stream, T* dx);
+  // dx of one channel's `planes` planes of NCHW (`len` elements, `stride` apart),
+  // streamed, where the target can with the lines they share joined (PlaneEdge):
+  // with edges_in, edges[p] holds the end of the previous channel's plane p, whose
+  // shared line is then stored whole; with hold, the end of plane p is left unstored,
+  // in edges[p], for the next channel's call. Returns false where it stored every
+  // element itself (edges untouched): the same for every call of a job, as it depends
+  // on len, dx's alignment and the target only.
+  bool (*planes_grad_apply)(const T* x, const T* dy, size_t planes, size_t stride,
+                            size_t len, const SpanGrad& g, T* dx, PlaneEdge* edges,
+                            bool edges_in, bool hold);
   // Per-column sums of dy and dy * x_hat (x_hat = (x - mean[j]) * rstd[j]) of
   // [rows][c] matrices into sum_dy[c], sum_dy_xhat[c]; scratch:
   // ColumnScratchFloats(rows, c) floats.

@@ -103,17 +103,87 @@ GradSums PlanesGradSums(const T* x, const T* dy, size_t planes, size_t stride, s
   return {v.a + t.a, v.a_xhat + t.a_xhat};
 }
 
+// dx of the element(s) at i by the channel's map.
+template <class D, class T>
+HWY_INLINE hn::Vec<D> GradValue(D d, const T* x, const T* dy, size_t i,
+                                const SpanGrad& g) {
+  const auto xhat =
+      hn::Mul(hn::Sub(LoadElems(d, x + i), hn::Set(d, g.mean)), hn::Set(d, g.rstd));
+  const auto t =
+      hn::MulSub(LoadElems(d, dy + i), hn::Set(d, g.dy_scale), hn::Set(d, g.mean_dy));
+  return hn::Mul(hn::NegMulAdd(xhat, hn::Set(d, g.mean_dy_xhat), t), hn::Set(d, g.k));
+}
+
 // dx may be dy: each element is read before it is written.
 template <class T>
 void SpanGradApply(const T* x, const T* dy, size_t n, const SpanGrad& g, bool stream,
                    T* dx) {
-  StoreSpan(n, stream, dx, [&](auto d, size_t i) HWY_ATTR {
-    const auto xhat =
-        hn::Mul(hn::Sub(LoadElems(d, x + i), hn::Set(d, g.mean)), hn::Set(d, g.rstd));
-    const auto t =
-        hn::MulSub(LoadElems(d, dy + i), hn::Set(d, g.dy_scale), hn::Set(d, g.mean_dy));
-    return hn::Mul(hn::NegMulAdd(xhat, hn::Set(d, g.mean_dy_xhat), t), hn::Set(d, g.k));
-  });
+  StoreSpan(n, stream, dx,
+            [&](auto d, size_t i) HWY_ATTR { return GradValue(d, x, dy, i, g); });
+}
+
+// Planes of up to this many lines have their shared lines joined (PlanesGradApply):
+// BatchNorm backward NCHW, AVX3, 1 and 2 threads, +0 and +16 bytes, time joined /
+// stored in parts: 256x512x7x7 0.70-0.75, 256x256x14x14 0.93-0.99; 256x128x20x20 and
+// 64x128x28x28 0.98-1.03, 32x64x56x56 at +16 bytes 1.02-1.05 (the lines a plane
+// shares are fewer, and its first and last vectors cost a computation each).
+constexpr size_t kJoinedPlaneLines = 16;
+
+// dx of a channel's planes, streamed, their shared lines joined (channelnorm.h). fp32
+// at AVX-512, where a vector is a line: each plane's first and last vectors are
+// computed before its lines are streamed (dx may be dy); the line it shares with the
+// previous channel's plane is streamed whole from that plane's last vector (edges[p])
+// and its own first one, by one two-table permute, and its own last vector is held in
+// edges[p] for the next channel's plane.
+template <class T>
+bool PlanesGradApply(const T* x, const T* dy, size_t planes, size_t stride, size_t len,
+                     const SpanGrad& g, T* dx, PlaneEdge* edges, bool edges_in,
+                     bool hold) {
+#ifdef NK_LINE_PAIRS
+  const hn::ScalableTag<float> d;
+  if constexpr (std::is_same_v<T, float> &&
+                hn::MaxLanes(hn::ScalableTag<float>()) == kLineFloats) {
+    if (len >= 2 * kLineFloats && len <= kJoinedPlaneLines * kLineFloats &&
+        reinterpret_cast<uintptr_t>(dx) % sizeof(T) == 0) {
+      using V = hn::Vec<decltype(d)>;
+      constexpr size_t N = kLineFloats;
+      for (size_t p = 0; p < planes; ++p) {
+        const T* xp = x + p * stride;
+        const T* dp = dy + p * stride;
+        T* y = dx + p * stride;
+        const size_t head = HeadToLine(y);
+        const size_t lines_end = head + (len - head) / N * N;
+        const V first = GradValue(d, xp, dp, 0, g);
+        const V last = GradValue(d, xp, dp, len - N, g);
+        for (size_t i = head; i < lines_end; i += N) {
+          hn::Stream(GradValue(d, xp, dp, i, g), d, y + i);
+        }
+        if (head != 0) {
+          if (edges_in) {
+            const V prev = hn::Load(d, edges[p].lanes);
+            hn::Stream(V{_mm512_permutex2var_ps(prev.raw, ShiftedLanes(head), first.raw)},
+                       d, y + head - N);
+          } else {
+            StoreLanes(d, first, 0, head, y);
+          }
+        }
+        if (lines_end != len) {
+          if (hold) {
+            hn::Store(last, d, edges[p].lanes);
+          } else {
+            StoreLanes(d, last, N - (len - lines_end), N, y + lines_end);
+          }
+        }
+      }
+      return true;
+    }
+  }
+#endif
+  (void)edges, (void)edges_in, (void)hold;
+  for (size_t p = 0; p < planes; ++p) {
+    SpanGradApply(x + p * stride, dy + p * stride, len, g, true, dx + p * stride);
+  }
+  return false;
 }
 
 // ---------------------------------------------------------------- columns
@@ -398,6 +468,7 @@ constexpr ChannelNormKernelsT<T> ChannelNormTable() {
           &ChannelStridedMaxAbs<T>,
           &PlanesGradSums<T>,
           &SpanGradApply<T>,
+          &PlanesGradApply<T>,
           &ColumnGradSums<T>,
           &ColumnGradApply<T>,
           HWY_TARGET};
