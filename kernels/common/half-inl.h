@@ -165,7 +165,8 @@ NK_HALF_INLINE hn::Vec<HalfTag<D>> NarrowBf16(D d, hn::Vec<D> v) {
 // for two vectors. False otherwise (NarrowBf16 each, then).
 HWY_INLINE bool NarrowBf16Pair(__m512 lo, __m512 hi, __m512i* out) {
   if (!kUseAvx512Bf16) return false;
-  // (The masks or-ed in scalar registers: one kortestw for both was 1-3% slower.)
+  // (The masks or-ed in scalar registers: one kortestw for both took 1.00-1.04 of the
+  // time, LayerNorm bf16 1024x1024, 4096x256, 16384x1024, 1 thread.)
   if ((_mm512_fpclass_ps_mask(lo, 0x20) | _mm512_fpclass_ps_mask(hi, 0x20)) != 0) {
     return false;
   }

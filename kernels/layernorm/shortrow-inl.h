@@ -511,11 +511,12 @@ void ShortRowsLoop(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t
   // where a load widens in one instruction (bf16; fp16 with F16C): held, a row's
   // chain of sums, square root and divide waits one row at a time. LayerNorm, 1
   // thread, calls alternating in one process, time read again / held: AVX3 4096x256
-  // bf16 0.58-0.60, fp16 0.56; 8192x128 bf16 0.80, fp16 0.71-0.72; streamed 131072x128
-  // bf16 0.80-0.86, fp16 0.72-0.89 (1 and 2 threads, +0 and +16 bytes). AVX2 16384x64
-  // bf16 0.75, fp16 0.71. SSE4 bf16 32768x32 0.88, but fp16 (widened in integer steps)
-  // 1.54. fp32 rows lost (AVX3 8192x128 and 16384x64 1.21; AVX2 1.01-1.09). Rows of
-  // 4 vectors stay held: their statistics take SumOfLanes4, the fp32 kernel's bits.
+  // bf16 0.58-0.60, fp16 0.55-0.56; 8192x128 bf16 0.79-0.80, fp16 0.71-0.72; streamed
+  // 131072x128 bf16 0.80-0.86, fp16 0.72-0.89 (1 and 2 threads, +0 and +16 bytes). AVX2
+  // 16384x64 bf16 0.75, fp16 0.71-0.76. SSE4 bf16 32768x32 0.88, but fp16 (widened in
+  // integer steps) 1.54. fp32 rows lost (AVX3 8192x128 and 16384x64 1.21;
+  // AVX2 1.01-1.09). Rows of 4 vectors stay held: their statistics take SumOfLanes4, the
+  // fp32 kernel's bits.
   constexpr bool kRereadHalves =
       HWY_ARCH_X86 && HWY_MAX_BYTES >= 16 && kVecs >= 8 &&
       (std::is_same_v<T, hwy::bfloat16_t> ||
