@@ -123,12 +123,25 @@ class GradPlanes {
   }
 
   // Part t of `parts` of the tensor's spans (kChunk of a plane) in memory order, each
-  // by its channel's map.
+  // by its channel's map. Where Joins(), the spans are whole planes and each shares a
+  // line with the next: the part's planes are joined through one edge.
   void ApplyInOrder(size_t t, size_t parts, const SpanGrad* maps) const {
     const size_t chunks = NumChunks(job_.spatial);
     const size_t spans = job_.n * job_.c * chunks;
-    const size_t end = PartBegin(spans, t + 1, parts);
-    for (size_t s = PartBegin(spans, t, parts); s < end; ++s) {
+    const size_t begin = PartBegin(spans, t, parts), end = PartBegin(spans, t + 1, parts);
+    if (Joins()) {
+      PlaneEdge edge;
+      bool held = false;
+      for (size_t s = begin; s < end; ++s) {
+        const size_t at = s * job_.spatial;
+        held = ctx_.k.planes_grad_apply(job_.x + at, job_.dy + at, 1, job_.spatial,
+                                        job_.spatial, maps[s % job_.c], job_.dx + at,
+                                        &edge, held, s + 1 < end);
+      }
+      hwy::FlushStream();
+      return;
+    }
+    for (size_t s = begin; s < end; ++s) {
       const size_t plane = s / chunks, offset = s % chunks * kChunk;
       const size_t at = plane * job_.spatial + offset;
       ctx_.k.span_grad_apply(job_.x + at, job_.dy + at,
