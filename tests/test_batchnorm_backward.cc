@@ -223,10 +223,12 @@ TEST_P(BatchNormBackwardTest, BitwiseEqualAcrossThreadCounts) {
     size_t n, c, spatial;
   };
   // Whole channels per thread (c = 64), every piece summed in parallel (c = 2, 3),
-  // long planes in chunks, NHWC chunks of rows, and a streamed tensor.
+  // long planes in chunks, NHWC chunks of rows, and a streamed tensor; streamed
+  // (NK_STREAM_BYTES), one thread sums short planes in memory order (200x3x200: pieces
+  // of 81, 81 and 38 samples).
   for (nk_layout layout : kLayouts) {
     for (Shape s : {Shape{32, 64, 49}, Shape{64, 2, 300}, Shape{3, 3, 40000},
-                    Shape{16, 17, 1000}, Shape{16, 64, 56 * 56}}) {
+                    Shape{16, 17, 1000}, Shape{16, 64, 56 * 56}, Shape{200, 3, 200}}) {
       BnGradCase k;
       k.layout = layout;
       k.n = s.n;

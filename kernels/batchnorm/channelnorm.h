@@ -161,6 +161,15 @@ struct ChannelNormKernelsT {
   // each). from_memory: the lines are asked for ahead, the next run's included.
   GradSums (*planes_grad_sums)(const T* x, const T* dy, size_t planes, size_t stride,
                                size_t len, float mean, float rstd, bool from_memory);
+  // planes_grad_sums of the pieces of whole planes of x and dy [n][c][len], per_piece
+  // samples' planes of a channel a piece, read in memory order: the pieces' sums to
+  // out[piece][c], the same bits as planes_grad_sums gives each. Scratch: trees,
+  // in_order_tree_floats() floats per channel; blocks, 2 c.
+  size_t (*in_order_tree_floats)();
+  void (*planes_grad_sums_in_order)(const T* x, const T* dy, size_t n, size_t c,
+                                    size_t len, size_t per_piece, const float* mean,
+                                    const float* rstd, bool from_memory, float* trees,
+                                    uint32_t* blocks, GradSums* out);
   // dx of a span by the channel's map; dx may be dy. `stream` as span_apply's.
   void (*span_grad_apply)(const T* x, const T* dy, size_t n, const SpanGrad& g,
                           bool stream, T* dx);
@@ -187,6 +196,10 @@ struct ChannelNormKernelsT {
   int64_t target;
 };
 using ChannelNormKernels = ChannelNormKernelsT<float>;
+
+// Levels of planes_grad_sums_in_order's trees: a piece has at most kChunk planes' worth
+// of elements, so at most 2 kChunk blocks.
+constexpr size_t kInOrderTreeLevels = 16;
 
 // Rows narrower than the widest vector (16 floats) are processed k at a time, as one
 // row of k * c columns, k = 16 / gcd(c, 16), when that is at most kMaxColumnPeriod

@@ -32,9 +32,13 @@ namespace hn = hwy::HWY_NAMESPACE;
 // ---------------------------------------------------------------- planes
 // (NCHW)
 
-template <class T>
-GradSums PlanesGradSums(const T* x, const T* dy, size_t planes, size_t stride, size_t len,
-                        float mean, float rstd, bool from_memory) {
+// Adds one plane's sums, x and dy [0, len), to `tree` (each full block of kBlockVectors
+// vectors, then the vectors left as one block) and `tails` (the elements left, one
+// lane, as one block): both Add(d, a, b). ask(i, n) asks for what elements [i, i + n)
+// will need next.
+template <class T, class Tree, class Tails, class Ask>
+HWY_INLINE void PlaneGradBlocks(const T* xp, const T* dp, size_t len, float mean,
+                                float rstd, const Ask& ask, Tree& tree, Tails& tails) {
   const hn::ScalableTag<float> d;
   const hn::CappedTag<float, 1> d1;
   using V = hn::Vec<decltype(d)>;
@@ -42,65 +46,145 @@ GradSums PlanesGradSums(const T* x, const T* dy, size_t planes, size_t stride, s
   const size_t block = kBlockVectors * N;
   const V vmean = hn::Set(d, mean);
   const V vrstd = hn::Set(d, rstd);
-  // The lines of elements [i, i + n) of plane p, kReadAheadBytes further on in
-  // the planes' sequence: the next plane's first lines near the end of one.
-  const auto ask_ahead = [&](size_t p, size_t i, size_t n) {
-    constexpr size_t kLine = kLineElems<T>;
-    size_t at = p * len + i + kReadAheadBytes / sizeof(T);
-    size_t q = at / len;  // plane q, element `at` of it
-    at -= q * len;
-    for (size_t k = 0; k < n && q < planes; k += kLine) {
-      hwy::Prefetch(x + q * stride + at);
-      hwy::Prefetch(dy + q * stride + at);
-      for (at += kLine; at >= len; at -= len) ++q;
+  size_t i = 0;
+  for (; i + block <= len; i += block) {
+    ask(i, block);
+    // Two chains: even vectors in sa0 / sb0, odd ones in sa1 / sb1.
+    V sa0 = hn::Zero(d), sa1 = hn::Zero(d), sb0 = hn::Zero(d), sb1 = hn::Zero(d);
+    const auto add = [&](size_t at, V& sa, V& sb) HWY_ATTR {
+      const V g = LoadElems(d, dp + at);
+      sa = hn::Add(sa, g);
+      sb = hn::MulAdd(g, hn::Mul(hn::Sub(LoadElems(d, xp + at), vmean), vrstd), sb);
+    };
+    HWY_UNROLL(8)
+    for (size_t k = 0; k < kBlockVectors; k += 2) {
+      add(i + k * N, sa0, sb0);
+      add(i + (k + 1) * N, sa1, sb1);
     }
-  };
+    tree.Add(d, hn::Add(sa0, sa1), hn::Add(sb0, sb1));
+  }
+  if (i < len) ask(i, len - i);
+  if (i + N <= len) {
+    V sa = hn::Zero(d), sb = hn::Zero(d);
+    for (; i + N <= len; i += N) {
+      const V g = LoadElems(d, dp + i);
+      sa = hn::Add(sa, g);
+      sb = hn::MulAdd(g, hn::Mul(hn::Sub(LoadElems(d, xp + i), vmean), vrstd), sb);
+    }
+    tree.Add(d, sa, sb);
+  }
+  if (i < len) {  // fewer than a vector: one lane, one block per plane
+    hn::Vec<decltype(d1)> sa = hn::Zero(d1), sb = hn::Zero(d1);
+    for (; i < len; ++i) {
+      const auto g = LoadElems(d1, dp + i);
+      sa = hn::Add(sa, g);
+      const auto xhat =
+          hn::Mul(hn::Sub(LoadElems(d1, xp + i), hn::Set(d1, mean)), hn::Set(d1, rstd));
+      sb = hn::MulAdd(g, xhat, sb);
+    }
+    tails.Add(d1, sa, sb);
+  }
+}
+
+template <class T>
+GradSums PlanesGradSums(const T* x, const T* dy, size_t planes, size_t stride, size_t len,
+                        float mean, float rstd, bool from_memory) {
+  const hn::ScalableTag<float> d;
+  const hn::CappedTag<float, 1> d1;
   PairSumTree<decltype(d)> tree;
   PairSumTree<decltype(d1)> tails;
   for (size_t p = 0; p < planes; ++p) {
-    const T* xp = x + p * stride;
-    const T* dp = dy + p * stride;
-    size_t i = 0;
-    for (; i + block <= len; i += block) {
-      if (from_memory) ask_ahead(p, i, block);
-      // Two chains: even vectors in sa0 / sb0, odd ones in sa1 / sb1.
-      V sa0 = hn::Zero(d), sa1 = hn::Zero(d), sb0 = hn::Zero(d), sb1 = hn::Zero(d);
-      const auto add = [&](size_t at, V& sa, V& sb) HWY_ATTR {
-        const V g = LoadElems(d, dp + at);
-        sa = hn::Add(sa, g);
-        sb = hn::MulAdd(g, hn::Mul(hn::Sub(LoadElems(d, xp + at), vmean), vrstd), sb);
-      };
-      HWY_UNROLL(8)
-      for (size_t k = 0; k < kBlockVectors; k += 2) {
-        add(i + k * N, sa0, sb0);
-        add(i + (k + 1) * N, sa1, sb1);
+    // The lines of elements [i, i + n) of plane p, kReadAheadBytes further on in
+    // the planes' sequence: the next plane's first lines near the end of one.
+    const auto ask_ahead = [&](size_t i, size_t n) {
+      if (!from_memory) return;
+      constexpr size_t kLine = kLineElems<T>;
+      size_t at = p * len + i + kReadAheadBytes / sizeof(T);
+      size_t q = at / len;  // plane q, element `at` of it
+      at -= q * len;
+      for (size_t k = 0; k < n && q < planes; k += kLine) {
+        hwy::Prefetch(x + q * stride + at);
+        hwy::Prefetch(dy + q * stride + at);
+        for (at += kLine; at >= len; at -= len) ++q;
       }
-      tree.Add(d, hn::Add(sa0, sa1), hn::Add(sb0, sb1));
-    }
-    if (from_memory && i < len) ask_ahead(p, i, len - i);
-    if (i + N <= len) {
-      V sa = hn::Zero(d), sb = hn::Zero(d);
-      for (; i + N <= len; i += N) {
-        const V g = LoadElems(d, dp + i);
-        sa = hn::Add(sa, g);
-        sb = hn::MulAdd(g, hn::Mul(hn::Sub(LoadElems(d, xp + i), vmean), vrstd), sb);
-      }
-      tree.Add(d, sa, sb);
-    }
-    if (i < len) {  // fewer than a vector: one lane, one block per plane
-      hn::Vec<decltype(d1)> sa = hn::Zero(d1), sb = hn::Zero(d1);
-      for (; i < len; ++i) {
-        const auto g = LoadElems(d1, dp + i);
-        sa = hn::Add(sa, g);
-        const auto xhat =
-            hn::Mul(hn::Sub(LoadElems(d1, xp + i), hn::Set(d1, mean)), hn::Set(d1, rstd));
-        sb = hn::MulAdd(g, xhat, sb);
-      }
-      tails.Add(d1, sa, sb);
-    }
+    };
+    PlaneGradBlocks(x + p * stride, dy + p * stride, len, mean, rstd, ask_ahead, tree,
+                    tails);
   }
   const GradSums v = tree.Take(d), t = tails.Take(d1);
   return {v.a + t.a, v.a_xhat + t.a_xhat};
+}
+
+// A PairSumTree kept in the caller's memory (kInOrderTreeLevels levels): a channel's
+// tree while the planes of the other channels are read between its blocks.
+template <class D>
+class HeldSumTree {
+ public:
+  using V = hn::Vec<D>;
+  static constexpr size_t kLanes = hn::MaxLanes(D());
+  static constexpr size_t kFloats = 2 * kInOrderTreeLevels * kLanes;
+
+  HeldSumTree(float* levels, uint32_t* blocks) : levels_(levels), blocks_(blocks) {}
+  HWY_INLINE void Add(D d, V a, V b) {
+    AddToSumTree(d, (*blocks_)++, a, b, levels_, levels_ + kInOrderTreeLevels * kLanes,
+                 kLanes);
+  }
+  // As PairSumTree::Take; then the tree is empty again.
+  HWY_INLINE GradSums Take(D d) {
+    V a, b;
+    CollapseSumTree(d, *blocks_, levels_, levels_ + kInOrderTreeLevels * kLanes, kLanes,
+                    a, b);
+    *blocks_ = 0;
+    return {hn::GetLane(hn::SumOfLanes(d, a)), hn::GetLane(hn::SumOfLanes(d, b))};
+  }
+
+ private:
+  float* levels_;
+  uint32_t* blocks_;
+};
+
+// Floats of PlanesGradSumsInOrder's trees per channel.
+inline size_t InOrderTreeFloats() {
+  return HeldSumTree<hn::ScalableTag<float>>::kFloats +
+         HeldSumTree<hn::CappedTag<float, 1>>::kFloats;
+}
+
+// planes_grad_sums' pieces of whole planes (channelnorm.h), read in memory order.
+template <class T>
+void PlanesGradSumsInOrder(const T* x, const T* dy, size_t n, size_t c, size_t len,
+                           size_t per_piece, const float* mean, const float* rstd,
+                           bool from_memory, float* trees, uint32_t* blocks,
+                           GradSums* out) {
+  const hn::ScalableTag<float> d;
+  const hn::CappedTag<float, 1> d1;
+  const size_t floats = InOrderTreeFloats();
+  for (size_t ci = 0; ci < 2 * c; ++ci) blocks[ci] = 0;
+  for (size_t sample = 0; sample < n; ++sample) {
+    const bool last = (sample + 1) % per_piece == 0 || sample + 1 == n;
+    for (size_t ci = 0; ci < c; ++ci) {
+      const size_t at = (sample * c + ci) * len;
+      // The lines kReadAheadBytes further on: planes follow each other in memory.
+      const auto ask_ahead = [&](size_t i, size_t n) {
+        if (!from_memory) return;
+        constexpr size_t kLine = kLineElems<T>;
+        const size_t ahead = at + i + kReadAheadBytes / sizeof(T);
+        for (size_t k = 0; k < n; k += kLine) {
+          hwy::Prefetch(x + ahead + k);
+          hwy::Prefetch(dy + ahead + k);
+        }
+      };
+      float* own = trees + ci * floats;
+      HeldSumTree<decltype(d)> tree(own, blocks + 2 * ci);
+      HeldSumTree<decltype(d1)> tails(own + HeldSumTree<decltype(d)>::kFloats,
+                                      blocks + 2 * ci + 1);
+      PlaneGradBlocks(x + at, dy + at, len, mean[ci], rstd[ci], ask_ahead, tree, tails);
+      if (last) {
+        const GradSums v = tree.Take(d), t = tails.Take(d1);
+        out[ci] = {v.a + t.a, v.a_xhat + t.a_xhat};
+      }
+    }
+    if (last) out += c;
+  }
 }
 
 // dx of the element(s) at i by the channel's map.
@@ -467,6 +551,8 @@ constexpr ChannelNormKernelsT<T> ChannelNormTable() {
           &ChannelStridedMoments<T>,
           &ChannelStridedMaxAbs<T>,
           &PlanesGradSums<T>,
+          &InOrderTreeFloats,
+          &PlanesGradSumsInOrder<T>,
           &SpanGradApply<T>,
           &PlanesGradApply<T>,
           &ColumnGradSums<T>,
