@@ -8,7 +8,8 @@
 // chunks of one long plane. With channels enough for every thread, each thread takes
 // whole channels and maps each right after its sums, while its x and dy are in L2.
 // Otherwise every piece is summed in parallel first, then the planes are mapped in
-// memory order. NHWC: rows in chunks of ColumnChunkRows(c), per-column sums of each
+// memory order; one thread reading short planes from memory sums them in memory order
+// too (kInOrderPlaneBytes). NHWC: rows in chunks of ColumnChunkRows(c), per-column sums of each
 // chunk added in a pairwise tree, as the forward's moments (batchnorm.cc).
 #include <algorithm>
 

@@ -197,8 +197,8 @@ struct ChannelNormKernelsT {
 };
 using ChannelNormKernels = ChannelNormKernelsT<float>;
 
-// Levels of planes_grad_sums_in_order's trees: a piece has at most kChunk planes' worth
-// of elements, so at most 2 kChunk blocks.
+// Levels of planes_grad_sums_in_order's trees: a piece holds at most kChunk elements,
+// so at most 2 kChunk blocks (a plane's vectors left over are a block of their own).
 constexpr size_t kInOrderTreeLevels = 16;
 
 // Rows narrower than the widest vector (16 floats) are processed k at a time, as one

@@ -164,11 +164,11 @@ void PlanesGradSumsInOrder(const T* x, const T* dy, size_t n, size_t c, size_t l
     for (size_t ci = 0; ci < c; ++ci) {
       const size_t at = (sample * c + ci) * len;
       // The lines kReadAheadBytes further on: planes follow each other in memory.
-      const auto ask_ahead = [&](size_t i, size_t n) {
+      const auto ask_ahead = [&](size_t i, size_t count) {
         if (!from_memory) return;
         constexpr size_t kLine = kLineElems<T>;
         const size_t ahead = at + i + kReadAheadBytes / sizeof(T);
-        for (size_t k = 0; k < n; k += kLine) {
+        for (size_t k = 0; k < count; k += kLine) {
           hwy::Prefetch(x + ahead + k);
           hwy::Prefetch(dy + ahead + k);
         }
