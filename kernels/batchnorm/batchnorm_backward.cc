@@ -67,11 +67,13 @@ Context<T> ContextFor(const BatchNormGradJobT<T>& job, size_t tensors) {
 // channel's planes lie c planes apart, and one core reading runs of a few lines each
 // read at about half a copy's speed. Same pieces, same bits. BatchNorm backward, time
 // in order / by channel, both orders in one process, 1 thread: 256x256x14x14 AVX3
-// 0.74-0.79, AVX2 0.77-0.79, SSE4 0.73-0.74; 256x512x7x7 AVX3 0.86-0.87; larger planes
-// gained less or lost (128x128x28x28 0.89-0.93, 32x64x56x56 0.98-1.01). Two threads
-// keep more reads in flight: by channel they were faster (14x14 in order 1.05-1.17 of
-// the time at AVX3 and AVX2; 28x28 and 56x56 1.17-1.21).
-constexpr size_t kInOrderPlaneBytes = 1024;
+// 0.74-0.79, AVX2 0.77-0.79, SSE4 0.73-0.74; 256x128x20x20 (1600 bytes) AVX3
+// 0.79-0.85, AVX2 0.72-0.73, SSE4 0.62-0.67; bf16 128x128x28x28 0.67-0.68, bf16
+// 256x64x32x32 (2048 bytes) 0.59-0.61; 256x512x7x7 0.86-0.87. Larger planes gained
+// less or lost: 22x22 0.89-0.98, 28x28 0.93-1.05, 32x32 1.08-1.11, 56x56 0.98-1.01.
+// Two threads keep more reads in flight: by channel they were faster (14x14 in order
+// 1.05-1.17 of the time at AVX3 and AVX2; 28x28 and 56x56 1.17-1.21).
+constexpr size_t kInOrderPlaneBytes = 2048;
 
 template <class T>
 class GradPlanes {
