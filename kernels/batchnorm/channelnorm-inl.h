@@ -224,9 +224,10 @@ void ColumnMomentsTree(const T* x, size_t rows, size_t c, bool from_memory,
     // more than 128 fp32 at AVX-512) is read a column group at a time from all its
     // rows at once, so each group asks for its lines of the next block instead:
     // GroupNorm forward 8x256x64x64 NHWC, 1 thread, time after / before, both orders:
-    // +0 0.94-0.98, +16 0.87-0.97, 2 threads 0.93-0.94; BatchNorm training
-    // 256x256x14x14 NHWC 0.90-0.91, bf16 0.94-0.98. (The whole next block asked for at
-    // the block's start: 1.03-1.11.)
+    // AVX3 +0 0.94-0.98, +16 0.87-0.97, 2 threads 0.93-0.94; SSE4 (blocks of 16 rows
+    // too) 0.90-0.91; AVX2 (8 rows: 512 channels) 8x512x32x32 0.95-0.97; BatchNorm
+    // training 256x256x14x14 NHWC AVX3 0.90-0.91, bf16 0.94-0.98, SSE4 0.91. (The whole
+    // next block asked for at the block's start: 1.03-1.11.)
     const bool by_group = from_memory && K * c * sizeof(T) > kReadAheadBytes;
     if (from_memory && !by_group) {
       PrefetchAhead(TensorSource<T>{xb}, 0, K * c, kReadAheadBytes);

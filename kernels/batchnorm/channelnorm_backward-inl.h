@@ -131,11 +131,10 @@ class HeldSumTree {
   }
   // As PairSumTree::Take; then the tree is empty again.
   HWY_INLINE GradSums Take(D d) {
-    V a, b;
-    CollapseSumTree(d, *blocks_, levels_, levels_ + kInOrderTreeLevels * kLanes, kLanes,
-                    a, b);
+    const GradSums sums = SumTreeTotals(d, *blocks_, levels_,
+                                        levels_ + kInOrderTreeLevels * kLanes, kLanes);
     *blocks_ = 0;
-    return {hn::GetLane(hn::SumOfLanes(d, a)), hn::GetLane(hn::SumOfLanes(d, b))};
+    return sums;
   }
 
  private:

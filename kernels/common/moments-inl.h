@@ -545,6 +545,15 @@ HWY_INLINE void CollapseSumTree(D d, size_t blocks, const float* a_levels,
   }
 }
 
+// The two sums of `blocks` blocks added by AddToSumTree, lanes included.
+template <class D, class V = hn::Vec<D>>
+HWY_INLINE GradSums SumTreeTotals(D d, size_t blocks, const float* a_levels,
+                                  const float* b_levels, size_t stride) {
+  V a, b;
+  CollapseSumTree(d, blocks, a_levels, b_levels, stride, a, b);
+  return {hn::GetLane(hn::SumOfLanes(d, a)), hn::GetLane(hn::SumOfLanes(d, b))};
+}
+
 // The same tree over a stack of its own, for one set's sums.
 template <class D>
 class PairSumTree {
@@ -554,11 +563,7 @@ class PairSumTree {
   HWY_INLINE void Add(D d, V a, V b) { AddToSumTree(d, blocks_++, a, b, a_, b_, kMax); }
 
   // The sums of every block added (0 for none), lanes included.
-  HWY_INLINE GradSums Take(D d) const {
-    V a, b;
-    CollapseSumTree(d, blocks_, a_, b_, kMax, a, b);
-    return {hn::GetLane(hn::SumOfLanes(d, a)), hn::GetLane(hn::SumOfLanes(d, b))};
-  }
+  HWY_INLINE GradSums Take(D d) const { return SumTreeTotals(d, blocks_, a_, b_, kMax); }
 
  private:
   static constexpr size_t kMax = hn::MaxLanes(D());
