@@ -73,10 +73,21 @@ bool CpuHasAvx512Bf16() {
   return Bit(a, 5);
 }
 
+bool CpuIsAmd() {
+  uint32_t a, b, c, d;
+  __cpuid_count(0, 0, a, b, c, d);
+  char vendor[12];
+  std::memcpy(vendor, &b, 4);
+  std::memcpy(vendor + 4, &d, 4);
+  std::memcpy(vendor + 8, &c, 4);
+  return std::memcmp(vendor, "AuthenticAMD", 12) == 0;
+}
+
 #else   // !HWY_ARCH_X86
 
 int64_t CpuTargets() { return hwy::SupportedTargets(); }
 bool CpuHasAvx512Bf16() { return false; }
+bool CpuIsAmd() { return false; }
 
 #endif  // HWY_ARCH_X86
 

@@ -17,6 +17,10 @@ int64_t CpuTargets();
 // Cooper Lake; not Skylake-X or Ice Lake).
 bool CpuHasAvx512Bf16();
 
+// Whether the CPU is AMD's (CPUID's vendor string): for the few choices of a path that
+// measured the other way round on AMD's and Intel's cores.
+bool CpuIsAmd();
+
 // CpuHasAvx512Bf16(), read once at load, unless NK_AVX512BF16=0 is in the environment:
 // the AVX3 kernels then round fp32 to bfloat16 with vcvtneps2bf16 instead of integer
 // arithmetic (half-inl.h; the same bits either way, which the tests check by running

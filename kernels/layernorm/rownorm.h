@@ -60,6 +60,8 @@ struct RowGradJobT {
   bool stream;              // write dx with non-temporal stores
   bool group_rows;          // dx of kGradGroupRows rows at a time (or where a
                             // vector spans a line: GradRowsT)
+  size_t group_cols;        // where a vector spans a line: the longest fp32 rows
+                            // (or chunks) taken in groups (GradRowsT)
 };
 using RowGradJob = RowGradJobT<float>;
 

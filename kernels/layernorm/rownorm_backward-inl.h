@@ -61,14 +61,10 @@ HWY_INLINE GradRow<kCenter, TensorSource<T>> GradRowOf(const RowGradJobT<T>& job
           job.rstd[r]};
 }
 
-// The longest fp32 rows (or chunks of rows) whose dx goes kGradGroupRows rows at a time
-// where a vector spans a line (GradRowsT).
-constexpr size_t kGroupedGradCols = 2048;
-
 // Calls fn(row) with row r's GradRow for the sums of its elements [c0, c0 + n), x and
 // dy each read as line pairs where that reads the same values faster: fp32 at a
 // misaligned address, as the forwards' statistics (WithStatsSource), in rows that come
-// from the cache, and in streamed rows longer than kGroupedGradCols. (Streamed rows in
+// from the cache, and in streamed rows longer than job.group_cols. (Streamed rows in
 // groups paid for the permutes more than for the split loads: 65536x256 at +16 bytes,
 // AVX3, 1 thread, Zen 4, 8.1 -> 7.4 ms without them; Zen 5, 65536x256 and 8192x2048,
 // 0-2% faster without. The longer rows, which go one at a time, gained: +16 bytes,
@@ -85,7 +81,7 @@ HWY_INLINE void WithGradSumsRow(const RowGradJobT<T>& job, size_t r, size_t c0, 
     // ld * rows), else as they are.
     const auto paired = [&](const float* p, const float* p0, size_t ld,
                             const auto& fn2) NK_INLINE_LAMBDA {
-      if ((!job.stream || n > kGroupedGradCols) &&
+      if ((!job.stream || n > job.group_cols) &&
           LinePairSource::Fits(p, c0, n, p0, p0 + (job.rows - 1) * ld + job.cols)) {
         return fn2(LinePairSource(p));
       }
@@ -463,18 +459,18 @@ void GradRowsT(const RowGradJobT<T>& job, size_t r0, size_t r1, size_t c0, size_
   // Where a vector spans a line, the groups won even for rows sharing L1 sets
   // (RowGradJobT::group_rows): AVX3, Zen 4, 1 thread, fastest of 21, rows one at a
   // time -> groups, +0 / +16 bytes: 1024x1024 303 / 339 -> 236 / 304 us, 16384x1024
-  // 8.8 / 9.2 -> 6.9 / 7.8 ms. But not for fp32 rows of more than kGroupedGradCols
-  // columns: AVX3, Zen 5, 1 thread, p25 in alternating processes, groups -> rows one at
-  // a time: 4096x4096 +0 8.1-8.4 -> 5.9-6.7 ms, 2048x8192 8.3-8.5 -> 5.6-6.0 ms,
-  // 4096x4000 (rows that share no sets) 7-19% faster, chunked rows (64x262144) 17-30%.
-  // Our reading: a group's x and dy (over 64 KiB) leave L1 between its sums and its
-  // dx, the more so as the dx pass asks for the next group's lines (asked into L2
-  // instead, the groups of 4096x4096 gained 10-18%). At 2048 columns the groups stay
-  // (8192x2048 +16 bytes 9-20% slower one at a time). Half rows keep them (bf16
-  // 4096x4096 4.7-4.9 ms in groups, 6.5-6.7 one at a time), and so do narrower vectors
-  // (AVX2 4096x4000 21% slower one at a time).
+  // 8.8 / 9.2 -> 6.9 / 7.8 ms. But not for fp32 rows of more than job.group_cols
+  // columns (layernorm_backward.cc): AVX3, Zen 5, 1 thread, p25 in alternating processes,
+  // groups -> rows one at a time: 4096x4096 +0 8.1-8.4 -> 5.9-6.7 ms, 2048x8192 8.3-8.5
+  // -> 5.6-6.0 ms, 4096x4000 (rows that share no sets) 7-19% faster, chunked rows
+  // (64x262144) 17-30%. Our reading: a group's x and dy (over 64 KiB) leave L1 between
+  // its sums and its dx, the more so as the dx pass asks for the next group's lines
+  // (asked into L2 instead, the groups of 4096x4096 gained 10-18%). At 2048 columns the
+  // groups stay (8192x2048 +16 bytes 9-20% slower one at a time). Half rows keep them
+  // (bf16 4096x4096 4.7-4.9 ms in groups, 6.5-6.7 one at a time), and so do narrower
+  // vectors (AVX2 4096x4000 21% slower one at a time).
   const bool groups = FloatVectorSpansLine()
-                          ? !std::is_same_v<T, float> || n <= kGroupedGradCols
+                          ? !std::is_same_v<T, float> || n <= job.group_cols
                           : job.group_rows;
   bool first = true;
   size_t r = r0;
