@@ -87,8 +87,9 @@ nk_status RunRowNormBackward(RowGradJobT<T> job, float* dgamma, float* dbeta) {
   // AVX-512's groups take fp32 rows of up to 2048 columns on AMD's cores, where longer
   // rows went faster one at a time (GradRowsT), and up to 8192 on Intel's, where they
   // did not: Sapphire Rapids class, AVX3, time in groups / one at a time, both in one
-  // process: 8x4096 0.73-0.76, 256x4096 0.90-0.91, 4096x4096 0.78 (2 threads 0.75-0.81),
-  // 2048x8192 0.79-0.81. CPUID read once: it costs microseconds in a virtual machine.
+  // process, 1 and 2 threads: 8x4096 0.73-0.76, 256x4096 0.88-0.91, 4096x4096
+  // 0.76-0.83, 2048x8192 0.78-0.84 (docs/performance.md). CPUID read once: it costs
+  // microseconds in a virtual machine.
   static const bool amd = CpuIsAmd();
   job.group_cols = amd ? 2048 : 8192;
   const size_t part_rows = PartRows(rows);
