@@ -91,7 +91,7 @@ nk_status RunRowNormBackward(RowGradJobT<T> job, float* dgamma, float* dbeta) {
   // 0.76-0.83, 2048x8192 0.78-0.84 (docs/performance.md). CPUID read once: it costs
   // microseconds in a virtual machine.
   static const bool amd = CpuIsAmd();
-  job.group_cols = amd ? 2048 : 8192;
+  job.group_cols = amd ? kAmdGroupedGradCols : kGroupedGradCols;
   const size_t part_rows = PartRows(rows);
   const size_t parts = (rows + part_rows - 1) / part_rows;
   const size_t chunks = NumChunks(cols);

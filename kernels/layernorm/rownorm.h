@@ -41,6 +41,10 @@ using RowNormJob = RowNormJobT<float>;
 // Rows the backward's dx pass takes together (gamma, dgamma and dbeta are loaded and
 // stored once for all of them), where RowGradJobT::group_rows says.
 constexpr size_t kGradGroupRows = 4;
+// Where a vector spans a line, the longest fp32 rows (or chunks) whose dx goes in such
+// groups: on AMD's cores, and on the others (RowGradJobT::group_cols).
+constexpr size_t kAmdGroupedGradCols = 2048;
+constexpr size_t kGroupedGradCols = 8192;
 
 // One validated backward call on tensors of type T. Row r of x (the fused forms' saved
 // sum) is at x + r * ldx, likewise dy, dsum and dx; dx may be dy or dsum.
