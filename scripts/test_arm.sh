@@ -22,7 +22,7 @@
 # under qemu, where long double is software quad precision); they run on x86 in every
 # ISA. Here the models' runs stream from 256 KiB of tensors on (NK_STREAM_BYTES), so
 # the tests' larger tensors take the streamed paths on every Arm target and vector
-# length.
+# length (and the tests sized from it, StreamBytes() in tests/test_util.h, stay small).
 # BUILD_DIR: the build tree (default build-arm). Arguments: ctest's, for the max run.
 set -euo pipefail
 cd "$(dirname "$0")/.."

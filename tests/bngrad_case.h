@@ -70,21 +70,36 @@ inline void SavedStats(const BnGradCase& k, const Buffer& x, Buffer& mean, Buffe
   }
 }
 
-inline BnGradRun RunBnGrad(const BnGradCase& k) {
+// A backward call's inputs, drawn from the case's seed (then k.fill): drawn once,
+// they serve several calls (the thread-count tests).
+struct BnGradInputs {
+  Buffer x, dy, gamma, mean, rstd;
+  explicit BnGradInputs(const BnGradCase& k)
+      : x(k.elements()), dy(k.elements()), gamma(k.c), mean(k.c), rstd(k.c) {
+    const uint32_t seed = Seed(k.n * 7919 + k.c * 104729 + k.spatial + 17);
+    FillNormal(x, seed);
+    FillNormal(dy, seed + 1);
+    for (size_t ci = 0; ci < k.c; ++ci) {
+      for (size_t j = 0; j < k.count(); ++j)
+        x[k.Index(ci, j)] += static_cast<float>(ci % 5);
+    }
+    FillNormal(gamma, seed + 2, 1.0f, 0.5f);
+    if (k.fill) k.fill(x, dy);
+    SavedStats(k, x, mean, rstd);
+  }
+};
+
+// Runs the case on copies of `in` at the case's alignment.
+inline BnGradRun RunBnGrad(const BnGradCase& k, const BnGradInputs& in) {
   const size_t a = k.misalign;
   const size_t e = k.elements();
   Buffer x(e, a), dy(e, a), dx(e, a), gamma(k.c, a), mean(k.c, a), rstd(k.c, a);
   Buffer dgamma(k.c, a), dbeta(k.c, a);
-  const uint32_t seed = Seed(k.n * 7919 + k.c * 104729 + k.spatial + 17);
-  FillNormal(x, seed);
-  FillNormal(dy, seed + 1);
-  for (size_t ci = 0; ci < k.c; ++ci) {
-    for (size_t j = 0; j < k.count(); ++j)
-      x[k.Index(ci, j)] += static_cast<float>(ci % 5);
-  }
-  FillNormal(gamma, seed + 2, 1.0f, 0.5f);
-  if (k.fill) k.fill(x, dy);
-  SavedStats(k, x, mean, rstd);
+  x.CopyFrom(in.x);
+  dy.CopyFrom(in.dy);
+  gamma.CopyFrom(in.gamma);
+  mean.CopyFrom(in.mean);
+  rstd.CopyFrom(in.rstd);
   BnGradRun r;
   r.x.assign(x.data(), x.data() + e);
   r.dy.assign(dy.data(), dy.data() + e);
@@ -136,6 +151,8 @@ inline BnGradRun RunBnGrad(const BnGradCase& k) {
   r.dbeta.assign(dbeta.data(), dbeta.data() + k.c);
   return r;
 }
+
+inline BnGradRun RunBnGrad(const BnGradCase& k) { return RunBnGrad(k, BnGradInputs(k)); }
 
 // Checks every output; returns the number of failures (at most a few reported).
 inline int CheckBnGrad(const BnGradCase& k, const BnGradRun& r) {

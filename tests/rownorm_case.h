@@ -100,25 +100,31 @@ struct Result {
   std::vector<float> y, sum, mean, rstd;
 };
 
-// Runs the case; the inputs it generated are returned through x_in / res_in.
-inline Result RunCase(const Case& c, std::vector<float>* x_in = nullptr,
-                      std::vector<float>* res_in = nullptr,
-                      std::vector<float>* gamma_in = nullptr,
-                      std::vector<float>* beta_in = nullptr) {
+// A call's operands, drawn from the case's seed (then c.fill): drawn once, they serve
+// several calls (the thread-count tests).
+struct Inputs {
+  Buffer x, res, gamma, beta;
+  explicit Inputs(const Case& c)
+      : x(c.rows * c.cols), res(c.rows * c.cols), gamma(c.cols), beta(c.cols) {
+    const uint32_t seed = Seed(c.rows * 1000003 + c.cols);
+    FillNormal(x, seed);
+    if (Fused(c.op)) FillNormal(res, seed + 1, 0.0f, 0.5f);
+    FillNormal(gamma, seed + 2, 1.0f, 0.25f);
+    FillNormal(beta, seed + 3, 0.0f, 0.5f);
+    if (c.fill) c.fill(x, res);
+  }
+};
+
+// Runs the case on copies of `in` at the case's alignment.
+inline Result RunCase(const Case& c, const Inputs& in) {
   const size_t n = c.rows * c.cols;
   const bool fused = Fused(c.op);
   Buffer x(n, c.misalign), res(n, c.misalign), gamma(c.cols, c.misalign),
       beta(c.cols, c.misalign);
-  const uint32_t seed = Seed(c.rows * 1000003 + c.cols);
-  FillNormal(x, seed);
-  if (fused) FillNormal(res, seed + 1, 0.0f, 0.5f);
-  FillNormal(gamma, seed + 2, 1.0f, 0.25f);
-  FillNormal(beta, seed + 3, 0.0f, 0.5f);
-  if (c.fill) c.fill(x, res);
-  if (x_in) x_in->assign(x.data(), x.data() + n);
-  if (res_in) res_in->assign(res.data(), res.data() + n);
-  if (gamma_in) gamma_in->assign(gamma.data(), gamma.data() + c.cols);
-  if (beta_in) beta_in->assign(beta.data(), beta.data() + c.cols);
+  x.CopyFrom(in.x);
+  res.CopyFrom(in.res);
+  gamma.CopyFrom(in.gamma);
+  beta.CopyFrom(in.beta);
 
   Outputs out(n, c.rows, c.misalign);  // NaN-filled: a missed write shows
   float* y = out.y.data();
@@ -146,12 +152,15 @@ inline Result RunCase(const Case& c, std::vector<float>* x_in = nullptr,
   return r;
 }
 
+inline Result RunCase(const Case& c) { return RunCase(c, Inputs(c)); }
+
 // Runs the case and checks it against the reference; returns the worst
 // error / bound ratio of y (for reports), or -1 on a failure.
 inline double CheckCase(const Case& c) {
   SCOPED_TRACE(c.Describe());
-  std::vector<float> x, res, gamma, beta;
-  const Result r = RunCase(c, &x, &res, &gamma, &beta);
+  const Inputs in(c);
+  const Result r = RunCase(c, in);
+  const Buffer &x = in.x, &res = in.res, &gamma = in.gamma, &beta = in.beta;
   const bool fused = Fused(c.op);
   const bool center = Centered(c.op);
   const bool use_beta = c.beta && center;

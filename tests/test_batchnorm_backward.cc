@@ -235,14 +235,15 @@ TEST_P(BatchNormBackwardTest, BitwiseEqualAcrossThreadCounts) {
       k.c = s.c;
       k.spatial = s.spatial;
       k.misalign = 1;
+      const BnGradInputs in(k);
       for (size_t shards : {0, 2}) {
         k.shards = shards;
         nk_set_num_threads(1);
-        const BnGradRun one = RunBnGrad(k);
+        const BnGradRun one = RunBnGrad(k, in);
         ASSERT_EQ(one.status, NK_OK) << nk_last_error();
         for (int threads : {2, 3}) {
           ASSERT_EQ(nk_set_num_threads(threads), NK_OK);
-          const BnGradRun more = RunBnGrad(k);
+          const BnGradRun more = RunBnGrad(k, in);
           EXPECT_TRUE(SameBits(one.dx, more.dx)) << k.Describe();
           EXPECT_TRUE(SameBits(one.dgamma, more.dgamma)) << k.Describe();
           EXPECT_TRUE(SameBits(one.dbeta, more.dbeta)) << k.Describe();

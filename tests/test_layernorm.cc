@@ -21,11 +21,12 @@ NK_INSTANTIATE_FOR_EACH_ISA(LayerNormTest);
 
 // Runs c with 1, 2 and 3 threads and expects the same bits in every output.
 void ExpectSameBitsForThreadCounts(const Case& c) {
+  const Inputs in(c);
   Result first;
   for (int threads : {1, 2, 3}) {
     ASSERT_EQ(nk_set_num_threads(threads), NK_OK);
     SCOPED_TRACE(c.Describe());
-    const Result r = RunCase(c);
+    const Result r = RunCase(c, in);
     if (threads == 1) {
       first = r;
       continue;
@@ -193,14 +194,14 @@ TEST_P(LayerNormTest, ConstantRowsGiveExactlyBeta) {
           x.Fill(v);
           r.Fill(0.0f);
         };
-        std::vector<float> xs, rs, gs, bs;
-        const Result r = RunCase(c, &xs, &rs, &gs, &bs);
+        const Inputs in(c);
+        const Result r = RunCase(c, in);
         SCOPED_TRACE(c.Describe());
         for (size_t row = 0; row < c.rows; ++row) {
           ASSERT_TRUE(SameBits(r.mean[row], v)) << r.mean[row] << " vs " << v;
           ASSERT_EQ(r.rstd[row], 1.0f / std::sqrt(1e-5f));
           for (size_t i = 0; i < cols; ++i) {
-            ASSERT_EQ(r.y[row * cols + i], bs[i]) << "col " << i;
+            ASSERT_EQ(r.y[row * cols + i], in.beta[i]) << "col " << i;
           }
         }
       }
@@ -555,12 +556,13 @@ TEST_P(LayerNormTest, LargeTensorsStream) {
 // Streamed short rows give the same bits with y (and sum) at a line and off one,
 // where rows off a line are joined into one span (at 4, 16, 32 and 48 bytes: a
 // rotation, halves swapped, none, the span's first line a vector in), AVX-512's rows
-// of 256 columns read again for it, not held in registers: the four forwards, 16 MiB
-// of x, a NaN row among them.
+// of 256 columns read again for it, not held in registers: the four forwards, x half
+// the streaming threshold (16 MiB by default; 64 KiB at least), a NaN row among them.
 TEST_P(LayerNormTest, StreamedShortRowsOffALineGiveTheSameBits) {
   for (Op op : kAllOps) {
     for (size_t cols : {128, 256}) {
-      const size_t rows = (size_t{16} << 20) / sizeof(float) / cols, n = rows * cols;
+      const size_t x_bytes = std::max(StreamBytes() / 2, size_t{64} << 10);
+      const size_t rows = x_bytes / sizeof(float) / cols, n = rows * cols;
       const bool fused = Fused(op);
       Buffer x(n), res(n), gamma(cols), beta(cols);
       FillOperands(x, res, gamma, beta, cols);

@@ -5,11 +5,11 @@
 #define NK_TESTS_TEST_UTIL_H_
 
 #include <gtest/gtest.h>
-
 #include <malloc.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -141,6 +141,18 @@ class ElementBuffer {
 };
 using Buffer = ElementBuffer<float>;
 using HalfBuffer = ElementBuffer<uint16_t>;
+
+// Where calls start streaming: NK_STREAM_BYTES when it is a positive integer, the
+// library's default (32 MiB) otherwise. Tests of the streamed paths that need not be
+// large size their tensors from it, so the Arm runs under qemu (256 KiB) keep them
+// small.
+inline size_t StreamBytes() {
+  const char* env = std::getenv("NK_STREAM_BYTES");
+  char* end = nullptr;
+  const unsigned long long n = env ? std::strtoull(env, &end, 10) : 0;
+  return env && *env >= '0' && *env <= '9' && *end == '\0' && n > 0 ? n
+                                                                    : size_t{32} << 20;
+}
 
 // The seed of a test's data, printed by gtest on failure through SCOPED_TRACE.
 inline uint32_t Seed(size_t salt) { return static_cast<uint32_t>(0x6e4ef93bu ^ (salt * 2654435761u)); }
