@@ -25,12 +25,14 @@ namespace {
 // LayerNorm backward's time at 65536x256 with parts of 16).
 size_t PartRows(size_t rows) { return rows >= 512 ? 32 : rows >= 64 ? 16 : 4; }
 
-// partial[p * cols + j] over parts p, added pairwise in place (part p takes part
-// p + s at s = 1, 2, 4, ...), the last addition written to out[j]; nothing where out
-// is nullptr (not wanted: RMSNorm's dbeta). Columns split among threads. (The last
-// addition in place, then copied to out: AVX3, 1 thread, both libraries in one
-// process, 8x4096 5-10% slower, 16x3000 4-7%, 4 MiB within 1%.)
-void MergeParts(int threads, float* partial, size_t parts, size_t cols, float* out) {
+// partial[p * cols + j] over parts p, added pairwise in place by the target's
+// merge_parts, into out[j]; nothing where out is nullptr (not wanted: RMSNorm's dbeta).
+// Columns split among threads. (The last addition in place, then copied to out: AVX3,
+// 1 thread, both libraries in one process, 8x4096 5-10% slower, 16x3000 4-7%, 4 MiB
+// within 1%.)
+template <class Kernels>
+void MergeParts(const Kernels& k, int threads, float* partial, size_t parts, size_t cols,
+                float* out) {
   if (out == nullptr) return;
   constexpr size_t kColumns = 1024;
   const size_t blocks = (cols + kColumns - 1) / kColumns;
@@ -38,19 +40,9 @@ void MergeParts(int threads, float* partial, size_t parts, size_t cols, float* o
     const size_t j0 = b * kColumns, j1 = std::min(cols, j0 + kColumns);
     if (parts == 1) {
       std::copy(partial + j0, partial + j1, out + j0);
-      return;
+    } else {
+      k.merge_parts(partial, parts, cols, j0, j1, out);
     }
-    size_t s = 1;
-    for (; 2 * s < parts; s *= 2) {
-      for (size_t p = 0; p + s < parts; p += 2 * s) {
-        float* to = partial + p * cols;
-        const float* from = partial + (p + s) * cols;
-        for (size_t j = j0; j < j1; ++j) to[j] += from[j];
-      }
-    }
-    // The last level (part 0 takes part s) into out.
-    const float* from = partial + s * cols;
-    for (size_t j = j0; j < j1; ++j) out[j] = partial[j] + from[j];
   });
 }
 
@@ -165,8 +157,8 @@ nk_status RunRowNormBackward(RowGradJobT<T> job, float* dgamma, float* dbeta) {
                 part_dbeta != nullptr ? part_dbeta + at : nullptr);
   });
   if (params && !direct) {
-    MergeParts(threads, part_dgamma, parts, cols, dgamma);
-    MergeParts(threads, part_dbeta, parts, cols, dbeta);
+    MergeParts(k, threads, part_dgamma, parts, cols, dgamma);
+    MergeParts(k, threads, part_dbeta, parts, cols, dbeta);
   }
   return NK_OK;
 }

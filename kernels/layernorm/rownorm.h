@@ -104,6 +104,10 @@ struct RowGradKernelsT {
   // where n == cols and they are taken here.
   void (*grad_rows)(const RowGradJobT<T>& job, size_t r0, size_t r1, size_t c0,
                     size_t n, const GradSums* sums, float* dgamma, float* dbeta);
+  // out[j0, j1) = the pairwise sums over `parts` (at least 2) of grad_rows' sums, part
+  // p's at partial + p * cols, added in place.
+  void (*merge_parts)(float* partial, size_t parts, size_t cols, size_t j0, size_t j1,
+                      float* out);
   int64_t target;  // as RowNormKernelsT's
 };
 using RowGradKernels = RowGradKernelsT<float>;

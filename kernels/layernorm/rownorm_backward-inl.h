@@ -516,9 +516,35 @@ void GradRows(const RowGradJobT<T>& job, size_t r0, size_t r1, size_t c0, size_t
   if (job.stream) hwy::FlushStream();
 }
 
+// out[j] for j in [j0, j1): the sum over parts p of partial[p * cols + j], pairwise in
+// place (part p takes part p + s at s = 1, 2, 4, ...), the last addition written to
+// out. Element by element, so the same bits at any vector width. (Against the op
+// layer's loop, compiled for the baseline: 1 thread, time after / before, 16x3000 AVX3
+// 0.92, AVX2 0.95; 64x1024 at +16 bytes AVX3 0.94; 8x4096 AVX3 0.99, AVX2 1.02.)
+template <class T>
+void MergeParts(float* partial, size_t parts, size_t cols, size_t j0, size_t j1,
+                float* out) {
+  const hn::ScalableTag<float> d;
+  const size_t N = hn::Lanes(d);
+  const auto add = [&](const float* a, const float* b, float* to) HWY_ATTR {
+    size_t j = j0;
+    for (; j + N <= j1; j += N) {
+      hn::StoreU(hn::Add(hn::LoadU(d, a + j), hn::LoadU(d, b + j)), d, to + j);
+    }
+    for (; j < j1; ++j) to[j] = a[j] + b[j];
+  };
+  size_t s = 1;
+  for (; 2 * s < parts; s *= 2) {
+    for (size_t p = 0; p + s < parts; p += 2 * s) {
+      add(partial + p * cols, partial + (p + s) * cols, partial + p * cols);
+    }
+  }
+  add(partial, partial + s * cols, out);
+}
+
 template <class T>
 constexpr RowGradKernelsT<T> RowGradTable() {
-  return {&RowGradChunkSums<T>, &GradRows<T>, HWY_TARGET};
+  return {&RowGradChunkSums<T>, &GradRows<T>, &MergeParts<T>, HWY_TARGET};
 }
 
 }  // namespace HWY_NAMESPACE
