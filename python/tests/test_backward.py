@@ -92,6 +92,43 @@ def test_options_give_the_same_bits(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("given_out", [False, True])
+def test_plain_calls_give_the_bits_of_the_checked_path(monkeypatch, name, dtype,
+                                                       given_out):
+    """The common call (C-contiguous arrays normalized over their last axis: the
+    binding's short path) and the same call through every check (normalized_shape
+    given) give the same bits, forward and backward; the short path is taken."""
+    taken = []
+    for short in ("_plain_forward", "_plain_backward"):
+        def counted(*args, _f=getattr(nk, short)):
+            result = _f(*args)
+            taken.append(result is not None)
+            return result
+        monkeypatch.setattr(nk, short, counted)
+    center, fused = "layer" in name, name.startswith("add")
+    shape = (3, 5, 67)
+    x, r, dy, dsum = (data(shape, seed).astype(dtype) for seed in range(4))
+    gamma, beta = data(67, 4), data(67, 5)
+    forward, backward = getattr(nk, name), getattr(nk, name + "_backward")
+    runs = []
+    for kw in ({}, {"normalized_shape": 67}):
+        taken.clear()
+        params = {"gamma": gamma, **({"beta": beta} if center else {})}
+        outs = {"out": np.empty_like(x)} if given_out else {}
+        saved = forward(*((x, r) if fused else (x,)), **params, **outs, return_stats=True,
+                        **kw)
+        rows = saved[1] if fused else x
+        stats = saved[-2:] if center else saved[-1:]
+        grads = backward(dy, rows, *stats, gamma, **({"dsum": dsum} if fused else {}),
+                         **({"out": np.empty_like(x)} if given_out else {}), **kw)
+        assert taken == ([True, True] if not kw else [])
+        runs.append(tuple(saved) + tuple(grads))
+    for a, b in zip(*runs):
+        np.testing.assert_array_equal(a, b, strict=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
 def test_normalized_shape_and_torchs_statistics(name):
     """Several trailing dims as one row, as the forward; the statistics as the forward
     returns them or with trailing 1s (torch.native_layer_norm's)."""
