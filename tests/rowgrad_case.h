@@ -80,8 +80,8 @@ struct GradRun {
 };
 
 // A backward call's inputs, drawn from the case's seed (then c.fill): drawn once,
-// they serve several calls (the thread-count tests: under qemu, drawing and the
-// long-double statistics took most of those tests' time).
+// they serve several calls (the thread-count tests, where drawing them for each call
+// took most of the time under qemu).
 struct GradInputs {
   Buffer x, dy, dsum, gamma, mean, rstd;
   explicit GradInputs(const GradCase& c)

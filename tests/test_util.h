@@ -147,11 +147,12 @@ using HalfBuffer = ElementBuffer<uint16_t>;
 // large size their tensors from it, so the Arm runs under qemu (256 KiB) keep them
 // small.
 inline size_t StreamBytes() {
+  constexpr size_t kDefault = size_t{32} << 20;
   const char* env = std::getenv("NK_STREAM_BYTES");
+  if (env == nullptr || *env < '0' || *env > '9') return kDefault;
   char* end = nullptr;
-  const unsigned long long n = env ? std::strtoull(env, &end, 10) : 0;
-  return env && *env >= '0' && *env <= '9' && *end == '\0' && n > 0 ? n
-                                                                    : size_t{32} << 20;
+  const unsigned long long n = std::strtoull(env, &end, 10);
+  return *end == '\0' && n > 0 ? n : kDefault;
 }
 
 // The seed of a test's data, printed by gtest on failure through SCOPED_TRACE.
