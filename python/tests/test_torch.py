@@ -235,7 +235,7 @@ def test_common_inference_calls_are_the_same(name, monkeypatch):
         with torch.no_grad():
             got = getattr(nkt, name)(*inputs, a["shape"], *params, a["eps"])
         assert (not checked) == short_way, change
-        leaves = [t.detach().clone().requires_grad_() for t in inputs]
+        leaves = [torch.nn.Parameter(t.detach().clone()) for t in inputs]  # checked
         grads = [p.detach().clone().requires_grad_() if p is not None else None
                  for p in params]
         want = getattr(nkt, name)(*leaves, a["shape"], *grads, a["eps"])
@@ -243,6 +243,38 @@ def test_common_inference_calls_are_the_same(name, monkeypatch):
         for g, t in zip(got, want):
             assert t.requires_grad and not g.requires_grad
             assert g.dtype == t.dtype and torch.equal(g, t.detach()), change
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_common_training_calls_are_the_same(name, monkeypatch):
+    """The common call that autograd records takes the shorter way too: y (and s) and
+    every gradient bit for bit those of the checked way (taken here by x being a
+    Parameter, which the shorter way leaves to the checks)."""
+    center, fused = "layer" in name, name.startswith("add")
+    checked = []
+    parse = nkt._rownorm._shape
+    monkeypatch.setattr(nkt._rownorm, "_shape",
+                        lambda shape: checked.append(shape) or parse(shape))
+    x, r = data((2, 3, 33), 1, offset=2.0), data((2, 3, 33), 2)
+    w, b = data((33,), 3), data((33,), 4)
+    dy, dsum = data((2, 3, 33), 5), data((2, 3, 33), 6)
+    for dtype in (torch.float32, torch.bfloat16):
+        runs = []
+        for short in (True, False):
+            def make(a):
+                t = torch.from_numpy(a).to(dtype)
+                return t.requires_grad_() if short else torch.nn.Parameter(t)
+            inputs = [make(x), make(r)] if fused else [make(x)]
+            params = [leaf(w), leaf(b)] if center else [leaf(w)]
+            checked.clear()
+            out = getattr(nkt, name)(*inputs, 33, *params, 1e-5)
+            assert (not checked) == short
+            out = out if fused else (out,)
+            grads = [torch.from_numpy(g).to(dtype) for g in (dy, dsum)][:len(out)]
+            torch.autograd.backward(out, grads)
+            runs.append([t.detach() for t in out] + [t.grad for t in inputs + params])
+        for got, want in zip(*runs):
+            assert got.dtype == want.dtype and torch.equal(got, want), (name, dtype)
 
 
 def test_gradient_of_one_output_of_the_fused_forms():
