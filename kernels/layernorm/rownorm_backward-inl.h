@@ -190,6 +190,26 @@ HWY_INLINE auto StorePairIn(const V* held, T* const* dx) {
 // within 4%.
 constexpr size_t kNextRowsToL2Bytes = 32 * 1024;
 
+// How far past the column being stored the dx pass asks for each row's line of dx. A
+// store asks for its line (read for ownership) only once it retires, and stores
+// waiting on L2 or L3 fill the store buffer: asked for as the column's loads issue,
+// the line comes earlier. The forwards ask 8 KiB ahead (kWriteAheadBytes); here that
+// was the slower choice (our reading: those requests compete with the loads of x and
+// dy, which come from L2 once a group's rows overflow L1). Intel host, 1 thread,
+// both builds alternating in one process, time with the line itself / 8 KiB ahead, +0
+// and +16 bytes: AVX3 256x4096 0.96, 1024x1024 0.94 / 0.98, 64x1024 0.89-0.90, 8x4096
+// 0.93, 2048x512 0.93-0.98, 4096x256 0.95-0.99; AVX2 0.86-0.93 from 1024 columns on,
+// 2048x512 0.96-0.99, 4096x256 1.00. SSE4's 16-byte vectors gain only on rows of more
+// than a page (256x4096 0.91-0.93, 8x4096 0.90-0.91) and lose on shorter ones (2048x512
+// 1.03-1.05), so they keep the distance there (64x1024 and 1024x1024 still 1.02-1.04,
+// the distance no longer a constant). Half tensors keep their loop as it was: the rule
+// gained nothing there (bf16, AVX3 and AVX2, 1024x1024 1.03-1.05) and any change to
+// that loop cost AVX2's bf16 1024x1024 6% (compiled differently around it).
+HWY_INLINE size_t DxAheadBytes(size_t n) {
+  const size_t vector_bytes = hn::Lanes(hn::ScalableTag<float>()) * sizeof(float);
+  return vector_bytes >= 32 || n * sizeof(float) > 4096 ? 0 : kWriteAheadBytes;
+}
+
 // dx of kRows rows from row r on, over columns [c0, c0 + n), from their whole rows'
 // sums; with kParams, dy * x_hat and dy of each row added in row order to dgamma[0, n)
 // and dbeta[0, n) (started from 0 where `first`). Every element is computed once: dx
@@ -375,11 +395,23 @@ HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t
   }
   // Else stored from dx's first vector boundary on where every row has it (NumPy's
   // arrays lie 16 bytes past one: x and dy at the same offset are then loaded aligned
-  // too), asking for the lines of dx ahead as the forwards do (kWriteAheadBytes).
+  // too), asking for the lines of dx as DxAheadBytes says.
   const size_t head = job.lddx % N == 0 ? HWY_MIN(n, HeadToAlign(d, dx[0] + c0)) : 0;
   const size_t a0 = c0 + head;
   with_edges(a0, a0 + (end - a0) / N * N, [&](size_t begin, size_t stop) HWY_ATTR {
     size_t i = begin;
+    if constexpr (std::is_same_v<T, float>) {
+      const size_t ahead = DxAheadBytes(stop - begin);
+      for (; i < stop; i += N) {
+        if (i % kLineElems<T> < N) {
+          for (size_t k = 0; k < kRows; ++k) {
+            hwy::Prefetch(reinterpret_cast<const char*>(dx[k] + i) + ahead);
+          }
+        }
+        column(d, i, store_u, AllLanes());
+      }
+      return;
+    }
     // bf16 at AVX3: two vectors of each row a step, stored as a pair (LayerNorm
     // backward bf16, 1 thread, time after / before: 1024x1024 and 256x4096 0.95-0.96,
     // at +16 bytes 0.91-0.92). Streamed dx in pairs was 2-6% slower (16384x1024).
