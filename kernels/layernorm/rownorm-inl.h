@@ -126,6 +126,22 @@ struct Normalized {
   }
 };
 
+// How far past the column being stored the in-cache loops ask for each row's line of
+// y (a store asks for its line only once it retires). 8 KiB ahead, except for fp32
+// rows of a page or more below AVX-512, which ask for the line itself as they store
+// it. Intel host, 1 thread, both builds alternating in one process, time with the line
+// itself / 8 KiB ahead, +0 and +16 bytes: AVX2 64x1024 0.91-0.92, 256x1024 0.91-0.96,
+// 1024x1024 0.98 / 1.03; SSE4 64x1024 to 1024x1024 0.88-0.93; 2 threads AVX2
+// 0.89-0.92 and SSE4 0.78-0.91 on the two in L2; RMSNorm 0.87-0.97; 256x4096, 8x4096
+// and 2048x512 0.98-1.01. Not at AVX3 (1024x1024 at +16 1.04, 2 threads 1.05) nor for
+// shorter rows (SSE4 4096x256 1.04).
+template <class T>
+HWY_INLINE constexpr size_t YAheadBytes(size_t n) {
+  constexpr bool kNarrow = hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(float) < 64;
+  if constexpr (!kNarrow || !std::is_same_v<T, float>) return kWriteAheadBytes;
+  return n * sizeof(T) >= 4096 ? 0 : kWriteAheadBytes;
+}
+
 // y = Normalized over [c0, c0 + n). With `stream` (outputs far larger than the
 // cache), y is written with non-temporal stores while `prefetch` (the next row's x, or
 // NULL) is fetched, so that reads from memory go on during the writes, as in a copy.
@@ -184,8 +200,9 @@ HWY_INLINE void NormalizeSpan(const Src& src, const float* HWY_RESTRICT gamma,
     i += head;
     end = i + (end - i) / N * N;
   }
+  const size_t ahead = YAheadBytes<T>(n);
   for (; i + 4 * N <= end; i += 4 * N) {  // unrolled: loop overhead is a third otherwise
-    hwy::Prefetch(reinterpret_cast<const char*>(y + i) + kWriteAheadBytes);
+    hwy::Prefetch(reinterpret_cast<const char*>(y + i) + ahead);
     StoreFour(d, normalized, i, y);
   }
   ForEachVector(d, i, end, store);
@@ -485,9 +502,10 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
     // one process: AVX2 64x1024 0.89-0.94, 1024x1024 0.96, 2048x512 0.91-0.94; AVX3
     // 64x1024 0.91-0.93; SSE4 0.97). (From the end back, below, it gained nothing: 4096
     // and 8192 columns wait on L2.)
+    const size_t ahead = YAheadBytes<T>(cols);
     for (; i + 4 * N <= body_end; i += 4 * N) {
       for (size_t k = 0; k < kGroupRows; ++k) {
-        hwy::Prefetch(reinterpret_cast<const char*>(y + k * ldy + i) + kWriteAheadBytes);
+        hwy::Prefetch(reinterpret_cast<const char*>(y + k * ldy + i) + ahead);
       }
       if constexpr (StoresInPairs<decltype(d), T>()) {
         const auto store_pair = [&](V lo, V hi, auto dv, T* p)
