@@ -197,9 +197,9 @@ constexpr size_t kNextRowsToL2Bytes = 32 * 1024;
 // was the slower choice (our reading: those requests compete with the loads of x and
 // dy, which come from L2 once a group's rows overflow L1). Intel host, 1 thread,
 // both builds alternating in one process, time with the line itself / 8 KiB ahead, +0
-// and +16 bytes: AVX3 256x4096 0.96, 1024x1024 0.94 / 0.98, 64x1024 0.89-0.90, 8x4096
-// 0.93, 2048x512 0.93-0.98, 4096x256 0.95-0.99; AVX2 0.86-0.93 from 1024 columns on,
-// 2048x512 0.96-0.99, 4096x256 1.00. SSE4's 16-byte vectors gain only on rows of more
+// and +16 bytes: AVX3 256x4096 0.96-0.98, 1024x1024 0.94 / 0.98, 64x1024 0.89-0.92,
+// 8x4096 0.93-0.95, 2048x512 0.93-0.98, 4096x256 0.93-0.99; AVX2 0.85-0.95 from 1024
+// columns on, 2048x512 0.96-0.99, 4096x256 1.00. SSE4's 16-byte vectors gain only on rows of more
 // than a page (256x4096 0.91-0.93, 8x4096 0.90-0.91) and lose on shorter ones (2048x512
 // 1.03-1.05), so they keep the distance there (64x1024 and 1024x1024 still 1.02-1.04,
 // the distance no longer a constant). Half tensors keep their loop as it was: the rule
