@@ -199,12 +199,12 @@ constexpr size_t kNextRowsToL2Bytes = 32 * 1024;
 // both builds alternating in one process, time with the line itself / 8 KiB ahead, +0
 // and +16 bytes: AVX3 256x4096 0.96-0.98, 1024x1024 0.94 / 0.98, 64x1024 0.89-0.92,
 // 8x4096 0.93-0.95, 2048x512 0.93-0.98, 4096x256 0.93-0.99; AVX2 0.85-0.95 from 1024
-// columns on, 2048x512 0.96-0.99, 4096x256 1.00. SSE4's 16-byte vectors gain only on rows of more
-// than a page (256x4096 0.91-0.93, 8x4096 0.90-0.91) and lose on shorter ones (2048x512
-// 1.03-1.05), so they keep the distance there (64x1024 and 1024x1024 still 1.02-1.04,
-// the distance no longer a constant). Half tensors keep their loop as it was: the rule
-// gained nothing there (bf16, AVX3 and AVX2, 1024x1024 1.03-1.05) and any change to
-// that loop cost AVX2's bf16 1024x1024 6% (compiled differently around it).
+// columns on, 2048x512 0.96-0.99, 4096x256 1.00. SSE4's 16-byte vectors gain only on rows
+// of more than a page (256x4096 0.91-0.93, 8x4096 0.90-0.91) and lose on shorter ones
+// (2048x512 1.03-1.05), so they keep the distance there (64x1024 and 1024x1024
+// still 1.02-1.04, the distance no longer a constant). Half tensors keep their loop as it
+// was: the rule gained nothing there (bf16, AVX3 and AVX2, 1024x1024 1.03-1.05) and any
+// change to that loop cost AVX2's bf16 1024x1024 6% (compiled differently around it).
 HWY_INLINE size_t DxAheadBytes(size_t n) {
   const size_t vector_bytes = hn::Lanes(hn::ScalableTag<float>()) * sizeof(float);
   return vector_bytes >= 32 || n * sizeof(float) > 4096 ? 0 : kWriteAheadBytes;
