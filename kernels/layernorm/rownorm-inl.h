@@ -142,6 +142,18 @@ HWY_INLINE constexpr size_t YAheadBytes(size_t n) {
   return n * sizeof(T) >= 4096 ? 0 : kWriteAheadBytes;
 }
 
+// How far ahead the statistics of rows in groups ask for the lines of x: from L3
+// kCacheAheadBytes; streamed (from memory) kReadAheadBytes at AVX-512 (measured on Zen
+// 4), but kCacheAheadBytes with narrower vectors, where the far requests cost more
+// than they brought. Intel host, 1 thread, both builds alternating in one process,
+// time with 2 KiB / 8 KiB, +0 and +16 bytes: AVX2 4096x1024 0.85-0.91, 16384x1024
+// 0.94-0.95, 4096x4096 0.96-0.99; SSE4 0.82-0.91, 0.91-0.98, 0.87-0.93; 2 threads
+// 0.87-0.91; RMSNorm and bf16 0.98-1.01. AVX3 keeps 8 KiB (4096x1024 1.02 with 2 KiB).
+HWY_INLINE constexpr size_t StatsAheadBytes(bool stream) {
+  constexpr bool kNarrow = hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(float) < 64;
+  return stream && !kNarrow ? kReadAheadBytes : kCacheAheadBytes;
+}
+
 // y = Normalized over [c0, c0 + n). With `stream` (outputs far larger than the
 // cache), y is written with non-temporal stores while `prefetch` (the next row's x, or
 // NULL) is fetched, so that reads from memory go on during the writes, as in a copy.
@@ -614,7 +626,7 @@ void RowsT(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t r1) {
     if (job.mean != nullptr) job.mean[r] = st.mean_out;
     if (job.rstd != nullptr) job.rstd[r] = st.rstd_out;
   };
-  const size_t ahead = job.stream ? kReadAheadBytes : kCacheAheadBytes;
+  const size_t ahead = StatsAheadBytes(job.stream);
   // Groups stream y where every row of it lies at the same offset from a cache line,
   // streamed from its line boundary on (NormalizeGroup), where StreamGroups says;
   // other streamed rows go one at a time, each from its own
