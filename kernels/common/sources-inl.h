@@ -388,6 +388,16 @@ HWY_INLINE void StoreWithin(D d, const Value& value, size_t begin, size_t end, T
   });
 }
 
+// y[i] = value(d, i) for i in [begin, end) (multiples of 4) by streamed 16-byte
+// stores, y + begin on a 16-byte boundary: the pieces of a line that other streamed
+// stores fill.
+template <class Value>
+HWY_INLINE void StreamQuads(const Value& value, size_t begin, size_t end, float* y) {
+  const hn::CappedTag<float, 4> d4;  // one lane on the scalar target
+  const size_t n = hn::Lanes(d4);
+  for (size_t i = begin; i + n <= end; i += n) hn::Stream(value(d4, i), d4, y + i);
+}
+
 // p[l - from] = lanes [from, to) of v, one by one: regular stores to lines shared with
 // other writers, beside streamed ones.
 template <class D, class T>
