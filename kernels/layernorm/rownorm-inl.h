@@ -126,6 +126,11 @@ struct Normalized {
   }
 };
 
+// Whether fp32 vectors are narrower than a cache line (below AVX-512; NEON): the
+// read-ahead and write-ahead rules below differ for them.
+constexpr bool kNarrowVectors =
+    hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(float) < kLineBytes;
+
 // How far past the column being stored the in-cache loops ask for each row's line of
 // y (a store asks for its line only once it retires). 8 KiB ahead, except for fp32
 // rows of a page or more below AVX-512, which ask for the line itself as they store
@@ -137,8 +142,7 @@ struct Normalized {
 // shorter rows (SSE4 4096x256 1.04).
 template <class T>
 HWY_INLINE constexpr size_t YAheadBytes(size_t n) {
-  constexpr bool kNarrow = hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(float) < 64;
-  if constexpr (!kNarrow || !std::is_same_v<T, float>) return kWriteAheadBytes;
+  if constexpr (!kNarrowVectors || !std::is_same_v<T, float>) return kWriteAheadBytes;
   return n * sizeof(T) >= 4096 ? 0 : kWriteAheadBytes;
 }
 
@@ -150,8 +154,7 @@ HWY_INLINE constexpr size_t YAheadBytes(size_t n) {
 // 0.94-0.95, 4096x4096 0.96-0.99; SSE4 0.82-0.91, 0.91-0.98, 0.87-0.93; 2 threads
 // 0.87-0.91; RMSNorm and bf16 0.98-1.01. AVX3 keeps 8 KiB (4096x1024 1.02 with 2 KiB).
 HWY_INLINE constexpr size_t StatsAheadBytes(bool stream) {
-  constexpr bool kNarrow = hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(float) < 64;
-  return stream && !kNarrow ? kReadAheadBytes : kCacheAheadBytes;
+  return stream && !kNarrowVectors ? kReadAheadBytes : kCacheAheadBytes;
 }
 
 // y = Normalized over [c0, c0 + n). With `stream` (outputs far larger than the
