@@ -562,6 +562,8 @@ class PairSumTree {
 
   HWY_INLINE void Add(D d, V a, V b) { AddToSumTree(d, blocks_++, a, b, a_, b_, kMax); }
 
+  HWY_INLINE void Clear() { blocks_ = 0; }
+
   // The sums of every block added (0 for none), lanes included.
   HWY_INLINE GradSums Take(D d) const { return SumTreeTotals(d, blocks_, a_, b_, kMax); }
 

@@ -102,46 +102,48 @@ HWY_INLINE void WithGradSumsRow(const RowGradJobT<T>& job, size_t r, size_t c0, 
 }
 
 // GradSums of a row's elements [c0, c0 + n): blocks of kBlockVectors vectors (two
-// chains per lane in each) in a PairSumTree, the vectors left over as one shorter
-// block, then the last elements (fewer than a vector) one by one. `ahead` (bytes, 0
-// for none): the lines of x and dy asked for that far ahead, for rows from memory.
-// (Taking a group's rows block by block side by side was no faster: 4 MiB, 1 thread.)
-template <class T, class Row>
-HWY_INLINE GradSums RowGradSums(const Row& row, size_t c0, size_t n, size_t ahead) {
+// chains per lane in each) in a PairSumTree (GradSumsBlock), the vectors left over as
+// one shorter block, then the last elements (fewer than a vector) one by one
+// (GradSumsRest). `ahead` (bytes, 0 for none): the lines of x and dy asked for that far
+// ahead, for rows from memory. (Taking a group's rows block by block side by side was
+// no faster: 4 MiB, 1 thread.)
+template <class T, class Row, class Tree>
+HWY_INLINE void GradSumsBlock(const Row& row, size_t i, size_t ahead, Tree& tree) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
-  const size_t end = c0 + n;
-  const size_t block = kBlockVectors * N;
-  PairSumTree<decltype(d)> tree;
-  size_t i = c0;
-  for (; i + block <= end; i += block) {
-    // Two chains: even vectors in sa0 / sb0, odd ones in sa1 / sb1. (Left to the
-    // compiler, the step below stayed out of line in some builds, its sums through
-    // memory: 1.5x slower.)
-    V sa0 = hn::Zero(d), sa1 = hn::Zero(d), sb0 = hn::Zero(d), sb1 = hn::Zero(d);
-    const auto add = [&](size_t at, V& sa, V& sb) NK_INLINE_LAMBDA {
-      const V a = row.A(d, at);
-      sa = hn::Add(sa, a);
-      sb = hn::MulAdd(a, row.XHat(d, at), sb);
-    };
-    HWY_UNROLL(8)
-    for (size_t k = 0; k < kBlockVectors; k += 2) {
-      // The lines starting in these two vectors asked for among their loads, not all of
-      // the block's before them (64 MiB, AVX3, 1 thread, calls of both alternating in
-      // one process: 1-4% faster).
-      if (ahead != 0) {
-        for (size_t e = (k * N + kLineElems<T> - 1) / kLineElems<T> * kLineElems<T>;
-             e < (k + 2) * N; e += kLineElems<T>) {
-          row.x.Prefetch(i + e, ahead);
-          row.dy.Prefetch(i + e, ahead);
-        }
+  // Two chains: even vectors in sa0 / sb0, odd ones in sa1 / sb1. (Left to the
+  // compiler, the step below stayed out of line in some builds, its sums through
+  // memory: 1.5x slower.)
+  V sa0 = hn::Zero(d), sa1 = hn::Zero(d), sb0 = hn::Zero(d), sb1 = hn::Zero(d);
+  const auto add = [&](size_t at, V& sa, V& sb) NK_INLINE_LAMBDA {
+    const V a = row.A(d, at);
+    sa = hn::Add(sa, a);
+    sb = hn::MulAdd(a, row.XHat(d, at), sb);
+  };
+  HWY_UNROLL(8)
+  for (size_t k = 0; k < kBlockVectors; k += 2) {
+    // The lines starting in these two vectors asked for among their loads, not all of
+    // the block's before them (64 MiB, AVX3, 1 thread, calls of both alternating in
+    // one process: 1-4% faster).
+    if (ahead != 0) {
+      for (size_t e = (k * N + kLineElems<T> - 1) / kLineElems<T> * kLineElems<T>;
+           e < (k + 2) * N; e += kLineElems<T>) {
+        row.x.Prefetch(i + e, ahead);
+        row.dy.Prefetch(i + e, ahead);
       }
-      add(i + k * N, sa0, sb0);
-      add(i + (k + 1) * N, sa1, sb1);
     }
-    tree.Add(d, hn::Add(sa0, sa1), hn::Add(sb0, sb1));
+    add(i + k * N, sa0, sb0);
+    add(i + (k + 1) * N, sa1, sb1);
   }
+  tree.Add(d, hn::Add(sa0, sa1), hn::Add(sb0, sb1));
+}
+
+template <class Row, class Tree>
+HWY_INLINE GradSums GradSumsRest(const Row& row, size_t i, size_t end, Tree& tree) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  const size_t N = hn::Lanes(d);
   if (i + N <= end) {
     V sa = hn::Zero(d), sb = hn::Zero(d);
     for (; i + N <= end; i += N) {
@@ -160,6 +162,69 @@ HWY_INLINE GradSums RowGradSums(const Row& row, size_t c0, size_t n, size_t ahea
   }
   return s;
 }
+
+template <class T, class Row>
+HWY_INLINE GradSums RowGradSums(const Row& row, size_t c0, size_t n, size_t ahead) {
+  const hn::ScalableTag<float> d;
+  const size_t block = kBlockVectors * hn::Lanes(d);
+  const size_t end = c0 + n;
+  PairSumTree<decltype(d)> tree;
+  size_t i = c0;
+  for (; i + block <= end; i += block) GradSumsBlock<T>(row, i, ahead, tree);
+  return GradSumsRest(row, i, end, tree);
+}
+
+// The whole-row sums of the kGradGroupRows rows from row r on, a block at a time
+// (Step) between the column steps of the group before them: their loads from L3 then
+// overlap that group's stores of dx, which alone ran below the core's rate to L3 (a
+// core here moves about 28 GB/s to or from L3, loads or stores: docs/performance.md).
+// The same blocks in the same order as RowGradSums, so the same bits. For fp32 rows of
+// kSumsAheadCols columns or more in the cache, where a vector spans a line. Intel host,
+// AVX3, 1 thread, both builds alternating in one process, time after / before, +0 /
+// +16 bytes: 256x4096 0.93 / 0.92, 512x2048 0.93 (+16), 128x8192 0.95 (+0), 64x4096
+// 0.93 (+0); 2 threads 256x4096 0.94; 8x4096 1.00. Shorter rows lost (1024 columns
+// 1.00-1.01, 4096x256 1.11), and AVX2 and SSE4 gained nothing (256x4096 0.99-1.02).
+constexpr size_t kSumsAheadCols = 2048;
+
+template <bool kCenter, class T>
+class GradSumsAhead {
+ public:
+  GradSumsAhead(const RowGradJobT<T>& job, size_t r, size_t ahead)
+      : job_(job), r_(r), ahead_(ahead) {}
+
+  // One block of the current row, and that row's rest once less than a block is left.
+  // Out of line: inlined, it pushed GradGroup's column step out of line instead.
+  HWY_NOINLINE void Step() {
+    if (k_ == kGradGroupRows) return;
+    WithGradSumsRow<kCenter>(job_, r_ + k_, 0, job_.cols,
+                             [&](const auto& row) NK_INLINE_LAMBDA {
+                               const size_t block = kBlockVectors * hn::Lanes(D());
+                               if (i_ + block <= job_.cols) {
+                                 GradSumsBlock<T>(row, i_, ahead_, tree_);
+                                 i_ += block;
+                               }
+                               if (i_ + block > job_.cols) {
+                                 sums_[k_++] = GradSumsRest(row, i_, job_.cols, tree_);
+                                 i_ = 0;
+                                 tree_.Clear();
+                               }
+                             });
+  }
+
+  // Every row's sums, the steps not taken taken here.
+  HWY_INLINE void Finish(GradSums* out) {
+    while (k_ < kGradGroupRows) Step();
+    for (size_t k = 0; k < kGradGroupRows; ++k) out[k] = sums_[k];
+  }
+
+ private:
+  using D = hn::ScalableTag<float>;
+  const RowGradJobT<T>& job_;
+  size_t r_, ahead_;
+  size_t k_ = 0, i_ = 0;  // the row and the element that the next Step takes
+  PairSumTree<D> tree_;
+  GradSums sums_[kGradGroupRows];
+};
 
 // The `own` lanes of GradGroup's whole vectors.
 struct AllLanes {};
@@ -213,11 +278,12 @@ HWY_INLINE size_t DxAheadBytes(size_t n) {
 // dx of kRows rows from row r on, over columns [c0, c0 + n), from their whole rows'
 // sums; with kParams, dy * x_hat and dy of each row added in row order to dgamma[0, n)
 // and dbeta[0, n) (started from 0 where `first`). Every element is computed once: dx
-// may be dy or dsum.
+// may be dy or dsum. next.Step() is called between column steps of the fp32 rows
+// in the cache, a block of the next rows' sums every kBlockVectors vectors of dx.
 template <bool kCenter, bool kParams, bool kDsum, size_t kRows, class T>
 HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t n,
-                          const GradSums* sums, bool first, float* dgamma,
-                          float* dbeta, size_t next_end) {
+                          const GradSums* sums, bool first, float* dgamma, float* dbeta,
+                          size_t next_end, GradSumsAhead<kCenter, T>* next = nullptr) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   const float inv_cols = 1.0f / static_cast<float>(job.cols);
@@ -402,6 +468,8 @@ HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t
     size_t i = begin;
     if constexpr (std::is_same_v<T, float>) {
       const size_t ahead = DxAheadBytes(stop - begin);
+      constexpr size_t kStepsPerBlock = HWY_MAX(size_t{1}, kBlockVectors / kRows);
+      size_t steps = 0;
       for (; i < stop; i += N) {
         if (i % kLineElems<T> < N) {
           for (size_t k = 0; k < kRows; ++k) {
@@ -409,6 +477,10 @@ HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t
           }
         }
         column(d, i, store_u, AllLanes());
+        if (next != nullptr && ++steps == kStepsPerBlock) {
+          steps = 0;
+          next->Step();
+        }
       }
       return;
     }
@@ -506,11 +578,21 @@ void GradRowsT(const RowGradJobT<T>& job, size_t r0, size_t r1, size_t c0, size_
                           : job.group_rows;
   bool first = true;
   size_t r = r0;
+  // fp32 rows in the cache: each group's dx pass takes the next group's sums between
+  // its column steps (GradSumsAhead).
+  const bool sums_ahead = std::is_same_v<T, float> && FloatVectorSpansLine() &&
+                          sums == nullptr && !job.stream && job.cols >= kSumsAheadCols;
+  GradSums s[kGradGroupRows];
+  if (groups && sums_ahead && r + kGradGroupRows <= r1) sums_of(r, s);
   for (; groups && r + kGradGroupRows <= r1; r += kGradGroupRows) {
-    GradSums s[kGradGroupRows];
-    sums_of(r, s);
+    // One call of GradGroup: a second one here pushed its steps out of line (GCC).
+    GradSumsAhead<kCenter, T> next(job, r + kGradGroupRows, ahead);
+    const bool take_next = sums_ahead && r + 2 * kGradGroupRows <= r1;
+    if (!sums_ahead) sums_of(r, s);
     GradGroup<kCenter, kParams, kDsum, kGradGroupRows>(
-        job, r, c0, n, s, first, dgamma, dbeta, HWY_MIN(r + 2 * kGradGroupRows, r1));
+        job, r, c0, n, s, first, dgamma, dbeta, HWY_MIN(r + 2 * kGradGroupRows, r1),
+        take_next ? &next : nullptr);
+    if (take_next) next.Finish(s);
     first = false;
   }
   for (; r < r1; ++r) {
