@@ -278,8 +278,8 @@ HWY_INLINE size_t DxAheadBytes(size_t n) {
 // dx of kRows rows from row r on, over columns [c0, c0 + n), from their whole rows'
 // sums; with kParams, dy * x_hat and dy of each row added in row order to dgamma[0, n)
 // and dbeta[0, n) (started from 0 where `first`). Every element is computed once: dx
-// may be dy or dsum. next.Step() is called between column steps of the fp32 rows
-// in the cache, a block of the next rows' sums every kBlockVectors vectors of dx.
+// may be dy or dsum. Given `next`, the aligned columns of fp32 rows call next->Step()
+// (a block of the next rows' sums) once every kBlockVectors vectors of dx.
 template <bool kCenter, bool kParams, bool kDsum, size_t kRows, class T>
 HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t n,
                           const GradSums* sums, bool first, float* dgamma, float* dbeta,
