@@ -183,7 +183,7 @@ HWY_INLINE GradSums RowGradSums(const Row& row, size_t c0, size_t n, size_t ahea
 // AVX3, 1 thread, both builds alternating in one process, time after / before, +0 /
 // +16 bytes: 256x4096 0.93 / 0.92, 512x2048 0.93 (+16), 128x8192 0.95 (+0), 64x4096
 // 0.93 (+0); 2 threads 256x4096 0.94; 8x4096 1.00. Shorter rows lost (1024 columns
-// 1.00-1.01, 4096x256 1.11), and AVX2 and SSE4 gained nothing (256x4096 0.99-1.02).
+// 0.99-1.01, 4096x256 1.11), and AVX2 and SSE4 gained nothing (256x4096 0.99-1.02).
 constexpr size_t kSumsAheadCols = 2048;
 
 template <bool kCenter, class T>
