@@ -606,7 +606,8 @@ TEST_P(LayerNormHalfTest, BitwiseEqualAcrossThreadCounts) {
 // repeat a block of 64 rows, and each must give the block's bits (the block is checked
 // against the reference): rows of 1024 columns, and of 256 (the register path), with
 // y aligned and not (rows of 256 at NumPy's 16 bytes: one joined span at AVX-512, a
-// NaN row skipped in it and finished by the general path).
+// NaN row skipped in it and finished by the general path; rows of 1024 at 16 and 32
+// bytes: the lines two rows share streamed in 16-byte pieces).
 TEST_P(LayerNormHalfTest, LargeTensorsStream) {
   struct Big {
     Op op;
@@ -616,6 +617,8 @@ TEST_P(LayerNormHalfTest, LargeTensorsStream) {
   constexpr size_t kBlock = 64;
   for (const HalfFormat& fmt : kFormats) {
     for (Big b : {Big{Op::kLayerNorm, 8192, 1024, 0, false},
+                  Big{Op::kLayerNorm, 8192, 1024, 8, false},
+                  Big{Op::kAddLayerNorm, 4096, 1024, 16, false},
                   Big{Op::kAddRmsNorm, 4096, 1024, 1, false},
                   Big{Op::kRmsNorm, 32768, 256, 0, false},
                   Big{Op::kAddLayerNorm, 16384, 256, 0, false},

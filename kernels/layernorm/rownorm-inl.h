@@ -417,21 +417,24 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
     // and ldy whole lines, as RowsT checks); the elements before it and after the last
     // streamed vector take regular stores that touch no streamed line, unless joined.
     constexpr size_t kLineVecs = HWY_MIN(4, HWY_MAX(1, kLineElems<T> / hn::MaxLanes(d)));
-    // fp32 rows back to back in y at a 16-byte offset from a line (malloc's, NumPy's),
-    // with vectors narrower than a line: row k's last elements and row k + 1's first
-    // share a line. Joined, each row is streamed from its line boundary on and each such
-    // line whole, by 16-byte streamed stores of both rows' pieces back to back; only the
-    // group's first and last lines, shared with other groups, go in pieces. Before,
-    // AVX2 wrote those lines by regular stores (read from memory first), and SSE4's
-    // vector-aligned rows went in line-sized steps that straddled two lines. Intel
-    // host, +16 bytes, 1 thread, both builds alternating in one process, time after /
-    // before: SSE4 4096x4096 0.75, 16384x1024 0.77, 65536x256 0.78, RMSNorm 0.69; AVX2
-    // 4096x1024 0.88, 16384x1024 0.83, 4096x4096 0.97, RMSNorm 0.83; 2 threads
-    // 0.80-0.83; aligned tensors unchanged.
+    // Rows back to back in y at a 16-byte offset from a line (malloc's, NumPy's), with
+    // vectors narrower than a line (fp32 below AVX-512; half tensors at AVX2 and AVX3,
+    // kQuadsStreamable): row k's last elements and row k + 1's first share a line.
+    // Joined, each row is streamed from its line boundary on and each such line whole, by
+    // 16-byte streamed stores of both rows' pieces back to back; only the group's first
+    // and last lines, shared with other groups, go in pieces. Before, AVX2 wrote those
+    // lines by regular stores (read from memory first), and SSE4's vector-aligned rows
+    // went in line-sized steps that straddled two lines. Intel host, +16 bytes, 1 thread,
+    // both builds alternating in one process, time after / before: SSE4 4096x4096 0.75,
+    // 16384x1024 0.77, 65536x256 0.78, RMSNorm 0.69; AVX2 4096x1024 0.88, 16384x1024
+    // 0.83, 4096x4096 0.97, RMSNorm 0.83; 2 threads 0.80-0.83; aligned tensors unchanged.
+    // Half tensors (LayerNorm 16384x1024, AVX3): bf16 at +16 / +32 / +48 bytes 0.85 /
+    // 0.77 / 0.91, fp16 0.85 / 0.72 (at +32 their rows had been streamed whole from the
+    // vector boundary, a line in two halves); AVX2 fp16 0.82, bf16 1.00.
     const auto value = [&](size_t k) {
       return Normalized<kCenter, Src>{src[k], gamma, beta, st[k].mean, st[k].rstd};
     };
-    constexpr bool kJoinable = std::is_same_v<T, float> && kLineVecs > 1;
+    constexpr bool kJoinable = kQuadsStreamable<T> && kLineVecs > 1;
     const bool joined = kJoinable && ldy == cols &&
                         reinterpret_cast<uintptr_t>(y) % 16 == 0 && !IsLineAligned(y);
     const auto stream_quads = [&](size_t k, size_t begin, size_t end) HWY_ATTR {
