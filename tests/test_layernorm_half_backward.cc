@@ -208,6 +208,27 @@ TEST_P(HalfBackward, IsTheF32KernelRounded) {
   }
 }
 
+// Rows of whole cache lines at every 16-byte offset from a line, in place or not: the
+// rows share lines at +16 / +32 / +48 bytes, which the streamed path (the .streamed
+// run, NK_STREAM_BYTES=1) writes in 16-byte pieces at AVX-512.
+TEST_P(HalfBackward, WholeLineRowsAtEveryOffset) {
+  uint32_t seed = 300;
+  for (const HalfFormat* fmt : kFormats) {
+    for (Op op : kAllOps) {
+      for (auto [rows, cols] :
+           {std::pair<size_t, size_t>{13, 96}, {9, 1024}, {5, 2048}}) {
+        const GradCase c = MakeCase(*fmt, op, rows, cols, ++seed);
+        const GradOut want = RunF32Rounded(c);
+        for (size_t misalign : {0, 8, 16, 24}) {
+          SCOPED_TRACE(misalign);
+          ExpectSame(c, RunHalf(c, misalign), want);
+          ExpectSame(c, RunHalf(c, misalign, Place::kDxIsDy), want);
+        }
+      }
+    }
+  }
+}
+
 // design.md's half rule against the long-double reference of the widened inputs.
 TEST_P(HalfBackward, MeetsTheHalfRule) {
   uint32_t seed = 100;
