@@ -474,12 +474,13 @@ HWY_INLINE void GradGroup(const RowGradJobT<T>& job, size_t r, size_t c0, size_t
     // on its full vectors made the loop 1.25-1.7x slower there.)
 #if HWY_TARGET == HWY_AVX3
     if constexpr (!std::is_same_v<T, float>) {
+      constexpr size_t kQuad = hn::MaxLanes(QuadTag<T>());  // the forwards' 16 bytes
       const bool quads =
-          dx_addr % 16 == 0 && (lead - c0) % 8 == 0 && (end - lines_end) % 8 == 0;
+          dx_addr % 16 == 0 && (lead - c0) % kQuad == 0 && (end - lines_end) % kQuad == 0;
       const auto edge = [&](size_t begin, size_t stop) HWY_ATTR {
         if (!quads) return each(begin, stop);
-        const hn::CappedTag<float, 8> d8;
-        for (size_t i = begin; i < stop; i += 8) column(d8, i, stream, AllLanes());
+        const QuadTag<T> dq;
+        for (size_t i = begin; i < stop; i += kQuad) column(dq, i, stream, AllLanes());
       };
       edge(c0, lead);
       lines();
