@@ -137,12 +137,12 @@ class Planes {
   bool whole() const { return spans_ == 1; }
 
   // Planes [p0, p1) when whole(), each image's run of them in one call.
-  void ApplyWhole(size_t p0, size_t p1, const SpanAffine* affine) const {
+  void ApplyWhole(size_t p0, size_t p1, const SpanAffine* affine, bool stream) const {
     const size_t c = job_.c, spatial = job_.spatial;
     for (size_t p = p0; p < p1;) {
       const size_t ci = p % c;
       const size_t count = std::min(p1 - p, c - ci);
-      k_.planes_apply(job_.x + p * spatial, spatial, count, affine + ci,
+      k_.planes_apply(job_.x + p * spatial, spatial, count, affine + ci, stream,
                       job_.y + p * spatial);
       p += count;
     }
@@ -161,22 +161,22 @@ class Planes {
 };
 
 // Part t of `parts` of y, with each channel's affine map. Planes of one span each go
-// a run of an image's planes at a time (planes_apply), unless streamed: 8x512x7x7,
-// 1 thread, A/B against a call per plane: inference 31-33 -> 21-22 us, training 75 ->
-// 62-65 us; 8x2048x7x7 inference 125 -> 89-96 us.
+// a run of an image's planes at a time (planes_apply): 8x512x7x7, 1 thread, A/B
+// against a call per plane: inference 31-33 -> 21-22 us, training 75 -> 62-65 us;
+// 8x2048x7x7 inference 125 -> 89-96 us; streamed, see ChannelPlanesApply.
 template <class T>
 void ApplyPlanesPart(const Planes<T>& planes, size_t t, size_t parts, bool stream,
                      const SpanAffine* affine) {
   const size_t s0 = PartBegin(planes.spans(), t, parts);
   const size_t s1 = PartBegin(planes.spans(), t + 1, parts);
-  if (!stream && planes.whole()) {
-    planes.ApplyWhole(s0, s1, affine);
-    return;
-  }
-  for (size_t s = s0; s < s1; ++s) {
-    size_t len, ci;
-    planes.Span(s, &len, &ci);
-    planes.Apply(s, affine[ci], stream);
+  if (planes.whole()) {
+    planes.ApplyWhole(s0, s1, affine, stream);
+  } else {
+    for (size_t s = s0; s < s1; ++s) {
+      size_t len, ci;
+      planes.Span(s, &len, &ci);
+      planes.Apply(s, affine[ci], stream);
+    }
   }
   if (stream) hwy::FlushStream();
 }

@@ -376,14 +376,16 @@ struct ColumnParams {
 };
 
 // Planes p = 0 .. count - 1 of `spatial` elements each, contiguous from x, plane p
-// mapped by affine[p] (ColumnParams' map), walked as one span of vectors: a vector
-// that straddles two planes takes each lane's parameters from its own plane, so no
-// plane has a tail of its own (7x7 planes, one by one: three vectors and a one-element
-// tail each). The same operations per element as AffineSpan, so the same bits (a plane
-// whose map is not scaled has scale = rstd = 1, and multiplying by 1 is exact).
-template <bool kCenter, bool kScaled, class T>
-HWY_INLINE void AffinePlanes(const T* x, size_t spatial, size_t count,
-                             const SpanAffine* affine, T* y) {
+// mapped by affine[p] (ColumnParams' map), walked as one span of vectors from element
+// `begin` on: a vector that straddles two planes takes each lane's parameters from its
+// own plane, so no plane has a tail of its own (7x7 planes, one by one: three vectors
+// and a one-element tail each). The same operations per element as AffineSpan, so the
+// same bits (a plane whose map is not scaled has scale = rstd = 1, and multiplying by 1
+// is exact). kStream: non-temporal stores, y + begin at a line boundary. Returns where
+// it stopped: fewer than a vector's elements are left.
+template <bool kCenter, bool kScaled, bool kStream, class T>
+HWY_INLINE size_t AffinePlanes(const T* x, size_t spatial, size_t count,
+                               const SpanAffine* affine, size_t begin, T* y) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   using Params = typename ColumnParams<kCenter, kScaled>::At;
@@ -392,19 +394,39 @@ HWY_INLINE void AffinePlanes(const T* x, size_t spatial, size_t count,
                   hn::Set(d, a.mul), hn::Set(d, a.add)};
   };
   const size_t end = spatial * count;
-  size_t i = 0, p = 0, plane_end = spatial;
-  Params cur = params(affine[0]);
+  size_t i = begin, p = begin / spatial, plane_end = (p + 1) * spatial;
+  if (p == count) return i;
+  Params cur = params(affine[p]);
   const auto value = [&](auto dv, size_t at)
                          HWY_ATTR { return cur(LoadElems(dv, x + at)); };
-  const auto store = [&](size_t at) HWY_ATTR { StoreElems(value(d, at), d, y + at); };
+  const auto put = [&](hn::Vec<decltype(d)> v, size_t at) HWY_ATTR {
+    if constexpr (kStream) {
+      StreamElems(v, d, y + at);
+    } else {
+      StoreElems(v, d, y + at);
+    }
+  };
   while (i + N <= end) {
     // Plane p's whole vectors from i, four a step: a vector a step, with the checks
     // for the plane's end, held bf16 back (BatchNorm training NCHW 32x64x56x56, 1
     // thread, time after / before in one process: AVX3 and AVX2 bf16 0.90-0.92, fp16
     // 0.98-1.0; fp32, SSE4 and planes of 49 within 3%).
     const size_t whole = i + (plane_end - i) / N * N;
-    for (; i + 4 * N <= whole; i += 4 * N) StoreFour(d, value, i, y);
-    for (; i < whole; i += N) store(i);
+    for (; i + 4 * N <= whole; i += 4 * N) {
+      if constexpr (kStream) {
+        // Pairs narrowed together are stored as one line: not after a straddle that
+        // left y + i half a line off.
+        if (!StoresInPairs<decltype(d), T>() || IsLineAligned(y + i)) {
+          StreamPair(value(d, i), value(d, i + N), d, y + i);
+          StreamPair(value(d, i + 2 * N), value(d, i + 3 * N), d, y + i + 2 * N);
+        } else {
+          for (size_t k = 0; k < 4; ++k) put(value(d, i + k * N), i + k * N);
+        }
+      } else {
+        StoreFour(d, value, i, y);
+      }
+    }
+    for (; i < whole; i += N) put(value(d, i), i);
     if (i == plane_end) {
       if (++p == count) break;
       plane_end += spatial;
@@ -420,13 +442,21 @@ HWY_INLINE void AffinePlanes(const T* x, size_t spatial, size_t count,
                          hn::IfThenElse(first, cur.rstd, next.rstd),
                          hn::IfThenElse(first, cur.mul, next.mul),
                          hn::IfThenElse(first, cur.add, next.add)};
-    StoreElems(both(LoadElems(d, x + i)), d, y + i);
+    put(both(LoadElems(d, x + i)), i);
     i += N;
     ++p;
     plane_end += spatial;
     cur = next;
   }
-  while (i < end) {  // fewer than N elements left, plane by plane
+  return i;
+}
+
+// Elements [begin, end) of planes of `spatial` elements contiguous from x, plane by
+// plane, with regular stores (AffineSpan's bits).
+template <class T>
+void PlanePieces(const T* x, size_t spatial, size_t begin, size_t end,
+                 const SpanAffine* affine, T* y) {
+  for (size_t i = begin; i < end;) {
     const size_t q = i / spatial;
     const size_t n = HWY_MIN(end, (q + 1) * spatial) - i;
     ChannelSpanApply(x + i, n, affine[q], false, y + i);
@@ -434,10 +464,15 @@ HWY_INLINE void AffinePlanes(const T* x, size_t spatial, size_t count,
   }
 }
 
-// y may be x: each vector is read before it is written.
+// y may be x: each vector is read before it is written. With `stream`, whole vectors
+// from y's first line boundary on take non-temporal stores: planes one by one as
+// spans (of 196 elements, say) would take regular stores into every line two planes
+// share, and element by element up to each plane's line (NCHW 256x256x14x14 inference
+// streamed, 1 thread, Zen 4, time as one run / plane by plane: AVX3 0.64, AVX2
+// 0.72, SSE4 0.52; training 0.61-0.78; bf16 and fp16 inference 0.36-0.52).
 template <class T>
 void ChannelPlanesApply(const T* x, size_t spatial, size_t count,
-                        const SpanAffine* affine, T* y) {
+                        const SpanAffine* affine, bool stream, T* y) {
   if (count == 0) return;
   // As one span where a plane fills a vector; not with scalable vectors, which
   // AffinePlanes' parameter sets cannot hold as struct members.
@@ -450,19 +485,29 @@ void ChannelPlanesApply(const T* x, size_t spatial, size_t count,
         scaled |= affine[p].scale != 1.0f;
         centered |= affine[p].center;
       }
-      if (centered) {
-        scaled ? AffinePlanes<true, true>(x, spatial, count, affine, y)
-               : AffinePlanes<true, false>(x, spatial, count, affine, y);
-      } else {
-        scaled ? AffinePlanes<false, true>(x, spatial, count, affine, y)
-               : AffinePlanes<false, false>(x, spatial, count, affine, y);
-      }
+      const size_t end = spatial * count;
+      stream = stream && reinterpret_cast<uintptr_t>(y) % sizeof(T) == 0;
+      const size_t head = stream ? HWY_MIN(HeadToLine(y), end) : 0;
+      PlanePieces(x, spatial, 0, head, affine, y);
+      const auto run = [&](auto center, auto scale) HWY_ATTR {
+        return stream
+                   ? AffinePlanes<decltype(center)::value, decltype(scale)::value, true>(
+                         x, spatial, count, affine, head, y)
+                   : AffinePlanes<decltype(center)::value, decltype(scale)::value, false>(
+                         x, spatial, count, affine, head, y);
+      };
+      using True = std::true_type;
+      using False = std::false_type;
+      const size_t done = centered
+                              ? (scaled ? run(True(), True()) : run(True(), False()))
+                              : (scaled ? run(False(), True()) : run(False(), False()));
+      PlanePieces(x, spatial, done, end, affine, y);
       return;
     }
   }
   // Plane by plane, with the same bits.
   for (size_t p = 0; p < count; ++p) {
-    ChannelSpanApply(x + p * spatial, spatial, affine[p], false, y + p * spatial);
+    ChannelSpanApply(x + p * spatial, spatial, affine[p], stream, y + p * spatial);
   }
 }
 
@@ -524,10 +569,9 @@ HWY_INLINE void AffineColumnBlocks(const Params& params, const T* x, size_t rows
 // the block's lines evict each other. NHWC, 1 thread, A/B in one process: in the cache,
 // inference of 392x512 29 -> 19 us, 196x1024 54 -> 20 us, 98x2048 62 -> 29 us, training
 // 48 -> 37, 71 -> 41, 88 -> 58 us (784x256: inference 22 -> 18 us but 3136x256 76 ->
-// 87 us, so 256 channels stay in blocks). Streamed, training of 12544x512 and 6272x1024
-// was 10-40% slower row by row, 1568x2048 20% faster.
+// 87 us, so 256 channels stay in blocks). Streamed rows go row by row wherever a block
+// would not hold the whole row (AffineColumns).
 constexpr size_t kRowsMinBytes = 2048;
-constexpr size_t kRowsMinBytesStreamed = 8192;
 
 // y = the affine map of x row by row, c a multiple of the vector size: each parameter
 // vector is loaded again for every row (from L1). kStream as in AffineColumnBlocks, the
@@ -565,11 +609,16 @@ HWY_INLINE void AffineColumns(const T* x, size_t rows, size_t c, const ColumnAff
     // the stores fill whole lines): non-temporal stores, and each element asks for the
     // one a block below it: with the subtract of training before the FMA, loads
     // waiting on memory fill the FP scheduler and fewer of them are in flight (training
-    // of 256x256x14x14 0-10% faster with the read-ahead, in three A/B runs).
+    // of 256x256x14x14 0-10% faster with the read-ahead, in three A/B runs). Rows of
+    // more than four vectors go row by row, in memory order: a block's columns four
+    // vectors at a time read 32 streams at once (Zen 4, 1 thread, time row by row /
+    // in blocks: inference of 50176x256 AVX3 0.71-0.73, AVX2 0.52-0.58, SSE4 0.94,
+    // 100352x128 AVX3 0.89, AVX2 0.65, SSE4 0.64; training 0.84-1.0; rows of four
+    // vectors at AVX3, 200704x64, 1.05-1.17, so they stay in blocks).
     const bool nt = stream && reinterpret_cast<uintptr_t>(y) % kLineBytes == 0 &&
                     c % kLineElems<T> == 0;
     const ColumnParams<kCenter, kScaled> p{scale, shift, rstd, mul, add};
-    if (c * sizeof(T) >= (nt ? kRowsMinBytesStreamed : kRowsMinBytes)) {
+    if (nt ? c > 4 * N : c * sizeof(T) >= kRowsMinBytes) {
       if (nt) {
         AffineRows<true>(p, x, rows, c, y);
       } else {

@@ -137,9 +137,10 @@ struct ChannelNormKernelsT {
   // stores; the caller flushes (hwy::FlushStream) before the output is read.
   void (*span_apply)(const T* x, size_t n, const SpanAffine& a, bool stream, T* y);
   // Affine map of `count` whole planes of `spatial` elements, contiguous from x (one
-  // image's channels), plane p by affine[p], into y (which may be x); no streaming.
+  // image's channels), plane p by affine[p], into y (which may be x). With `stream`,
+  // non-temporal stores as span_apply's.
   void (*planes_apply)(const T* x, size_t spatial, size_t count, const SpanAffine* affine,
-                       T* y);
+                       bool stream, T* y);
   // Per-column moments (count `rows` each) of a [rows][c] matrix: mean[c], m2[c].
   // scratch: ColumnScratchFloats(rows, c) floats. from_memory: x is far larger than
   // the cache, so its lines are asked for ahead of the reads.

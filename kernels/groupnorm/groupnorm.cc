@@ -61,15 +61,8 @@ template <class T>
 void ApplyPlanes(const GroupSets<T>& sets, const GroupNormJobT<T>& job, size_t p0,
                  size_t p1, const SpanAffine* affine, bool stream) {
   const size_t spatial = job.spatial;
-  if (!stream) {
-    sets.k().planes_apply(job.x + p0 * spatial, spatial, p1 - p0, affine + p0,
-                          job.y + p0 * spatial);
-    return;
-  }
-  for (size_t p = p0; p < p1; ++p) {
-    sets.k().span_apply(job.x + p * spatial, spatial, affine[p], true,
-                        job.y + p * spatial);
-  }
+  sets.k().planes_apply(job.x + p0 * spatial, spatial, p1 - p0, affine + p0, stream,
+                        job.y + p0 * spatial);
 }
 
 template <class T>
