@@ -227,14 +227,18 @@ void ColumnMomentsTree(const T* x, size_t rows, size_t c, bool from_memory,
     // AVX3 +0 0.94-0.98, +16 0.87-0.97, 2 threads 0.93-0.94; SSE4 (blocks of 16 rows
     // too) 0.90-0.91; AVX2 (8 rows: 512 channels) 8x512x32x32 0.95-0.97; BatchNorm
     // training 256x256x14x14 NHWC AVX3 0.90-0.91, bf16 0.94-0.98, SSE4 0.91. (The whole
-    // next block asked for at the block's start: 1.03-1.11.)
-    const bool by_group = from_memory && K * c * sizeof(T) > kReadAheadBytes;
+    // next block asked for at the block's start: 1.03-1.11.) The lines go to L2, not
+    // L1: a block's loads wait on 16 rows' lines at once, and L1 has too few misses in
+    // flight for both (Zen 4, 1 thread, BatchNorm training NHWC, time after / before:
+    // 50176x256 AVX3 0.70-0.72, 2 threads 0.84, SSE4 0.77, bf16 0.98; 25088x512 AVX3
+    // 0.72; blocks by line, AVX2 50176x256 0.82, AVX3 100352x128 0.92).
+    const bool by_group = from_memory && K * c * sizeof(T) >= kReadAheadBytes;
     if (from_memory && !by_group) {
       PrefetchAhead(TensorSource<T>{xb}, 0, K * c, kReadAheadBytes);
     }
     ForEachColumnGroup(c, [&](auto d, size_t j) HWY_ATTR {
       if (by_group && j % kLineElems<T> == 0) {
-        for (size_t k = 0; k < K; ++k) hwy::Prefetch(xb + (K + k) * c + j);
+        for (size_t k = 0; k < K; ++k) PrefetchToL2(xb + (K + k) * c + j);
       }
       hn::Vec<decltype(d)> mean, m2;
       FullBlockMomentsOf<true, K>(
