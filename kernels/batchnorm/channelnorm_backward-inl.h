@@ -394,7 +394,7 @@ void ColumnGradSumsTree(const T* x, const T* dy, size_t rows, size_t c, const fl
       const TensorSource<T> sx{x}, sdy{dy};
       for (; j + panel <= c; j += panel) {
         // From memory, each panel asks for its lines of the next block into L2
-        // (50176x256 AVX3, 1 thread: 0.81 of the time without).
+        // (50176x256 AVX3, time after / before: 1 thread 0.74, 2 threads 0.87).
         if (from_memory && blk + 1 < blocks) {
           for (size_t k = 0; k < K; ++k) {
             const size_t at = ((blk + 1) * K + k) * c + j;
