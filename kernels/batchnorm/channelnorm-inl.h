@@ -230,10 +230,11 @@ void ColumnMomentsTree(const T* x, size_t rows, size_t c, bool from_memory,
     // next block asked for at the block's start: 1.03-1.11.) The lines go to L2, not
     // L1: a block's loads wait on 16 rows' lines at once, and L1 has too few misses in
     // flight for both (Zen 4, 1 thread, BatchNorm training NHWC, time after / before:
-    // 50176x256 AVX3 0.66-0.72, 2 threads 0.84, SSE4 0.77-0.81, bf16 / fp16 0.88-0.98;
-    // 25088x512 AVX3 0.69-0.72). AVX2's blocks of exactly the read-ahead (8 rows of 256
-    // fp32) go by column group too: 0.67. Smaller blocks keep their requests into L1:
-    // into L2, 64 channels took 1.31-1.36x at AVX3 and SSE4.
+    // 50176x256 AVX3 0.66-0.72, 2 threads 0.84, SSE4 0.77-0.81, bf16 0.97-0.98 (bf16
+    // and fp16 0.88 with the streamed rows' map beside it); 25088x512 AVX3 0.69-0.72).
+    // AVX2's blocks of exactly the read-ahead (8 rows of 256 fp32) go by column group
+    // too: 0.67. Smaller blocks keep their requests into L1: into L2, 64 channels
+    // took 1.31-1.36x at AVX3 and SSE4.
     const bool by_group = from_memory && K * c * sizeof(T) >= kReadAheadBytes;
     if (from_memory && !by_group) {
       PrefetchAhead(TensorSource<T>{xb}, 0, K * c, kReadAheadBytes);
