@@ -388,11 +388,13 @@ struct ColumnParams {
 // own plane, so no plane has a tail of its own (7x7 planes, one by one: three vectors
 // and a one-element tail each). The same operations per element as AffineSpan, so the
 // same bits (a plane whose map is not scaled has scale = rstd = 1, and multiplying by 1
-// is exact). kStream: non-temporal stores, y + begin at a line boundary. Returns where
-// it stopped: fewer than a vector's elements are left.
+// is exact). kStream: non-temporal stores, y + begin at a line boundary, and the lines
+// of `ahead` (or NULL) at the offsets stored asked for into L2. Returns where it
+// stopped: fewer than a vector's elements are left.
 template <bool kCenter, bool kScaled, bool kStream, class T>
 HWY_INLINE size_t AffinePlanes(const T* x, size_t spatial, size_t count,
-                               const SpanAffine* affine, size_t begin, T* y) {
+                               const SpanAffine* affine, size_t begin, const T* ahead,
+                               T* y) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
   using Params = typename ColumnParams<kCenter, kScaled>::At;
@@ -421,6 +423,9 @@ HWY_INLINE size_t AffinePlanes(const T* x, size_t spatial, size_t count,
     const size_t whole = i + (plane_end - i) / N * N;
     for (; i + 4 * N <= whole; i += 4 * N) {
       if constexpr (kStream) {
+        if (ahead != nullptr) {
+          for (size_t k = 0; k < 4 * N; k += kLineElems<T>) PrefetchToL2(ahead + i + k);
+        }
         // Pairs narrowed together are stored as one line: not after a straddle that
         // left y + i half a line off.
         if (!StoresInPairs<decltype(d), T>() || IsLineAligned(y + i)) {
@@ -479,7 +484,7 @@ void PlanePieces(const T* x, size_t spatial, size_t begin, size_t end,
 // 0.72, SSE4 0.52; training 0.61-0.78; bf16 and fp16 inference 0.36-0.52).
 template <class T>
 void ChannelPlanesApply(const T* x, size_t spatial, size_t count,
-                        const SpanAffine* affine, bool stream, T* y) {
+                        const SpanAffine* affine, bool stream, const T* ahead, T* y) {
   if (count == 0) return;
   // As one span where a plane fills a vector; not with scalable vectors, which
   // AffinePlanes' parameter sets cannot hold as struct members.
@@ -499,9 +504,9 @@ void ChannelPlanesApply(const T* x, size_t spatial, size_t count,
       const auto run = [&](auto center, auto scale) HWY_ATTR {
         return stream
                    ? AffinePlanes<decltype(center)::value, decltype(scale)::value, true>(
-                         x, spatial, count, affine, head, y)
+                         x, spatial, count, affine, head, ahead, y)
                    : AffinePlanes<decltype(center)::value, decltype(scale)::value, false>(
-                         x, spatial, count, affine, head, y);
+                         x, spatial, count, affine, head, ahead, y);
       };
       using True = std::true_type;
       using False = std::false_type;
