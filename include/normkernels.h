@@ -144,7 +144,8 @@ NK_API nk_status nk_set_num_threads(int n);
 /* Environment, read once at first use of the library: NK_ISA (as nk_set_isa),
    NK_NUM_THREADS (as nk_set_num_threads) and NK_STREAM_BYTES (calls whose tensors
    together reach that many bytes, by default 32 MiB, write their outputs with
-   non-temporal stores: for a CPU with a larger last-level cache). A value those
+   non-temporal stores; the BatchNorm and GroupNorm forwards of fp32 tensors from half
+   that many: for a CPU with a larger last-level cache). A value those
    functions would refuse (NK_STREAM_BYTES: not a positive integer) is ignored and the
    default stays, with one line on stderr naming the variable, its
    value and what is used instead. NK_AVX512BF16=0 keeps the AVX3 kernels from

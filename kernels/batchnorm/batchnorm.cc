@@ -410,7 +410,7 @@ Context<T> ContextFor(const BatchNormJobT<T>& job) {
   // Streaming pays once x and y together overflow the cache: the second pass over x
   // then comes from memory too.
   return {ChannelNormKernelsFor<T>(CurrentTarget()), ThreadsFor(elements),
-          2 * bytes >= StreamBytes(), bytes};
+          StreamsChannels(elements, sizeof(T)), bytes};
 }
 
 // Statistics of every channel of NCHW.

@@ -24,9 +24,24 @@ int ThreadsFor(size_t work);
 // outputs with non-temporal stores: the outputs would not stay in the last-level cache
 // (32 MiB per core complex on Zen 4 / 5) anyway, and streaming skips the read for
 // ownership. kStreamBytes by default; NK_STREAM_BYTES in the environment sets it (a
-// CPU with a larger cache; tests that take the streamed paths with small tensors).
+// CPU with a larger cache; tests that take the streamed paths with small tensors). The
+// channel forwards of fp32 tensors stream from half of it (StreamsChannels).
 constexpr size_t kStreamBytes = size_t{32} << 20;
 size_t StreamBytes();
+
+// Whether a channel forward (BatchNorm, GroupNorm) of `elements` streams y: once x and
+// y together reach StreamBytes(), fp32 ones from half of that. Zen 4, x and y of 24.5
+// MiB, GB/s not streamed -> streamed, 1 thread: BatchNorm training 16x64x56x56 NHWC
+// AVX3 15.9-22.6 -> 29.5-31.2, AVX2 13.3-18.0 -> 28.4-29.5, SSE4 8.6-10.3 -> 17.7;
+// GroupNorm 32x512x14x14 NCHW AVX3 18.2-18.7 -> 43.2-47.2, AVX2 17-20 -> 46-48, NHWC
+// 15-17 -> 26-28 at both (2 threads +5-25%; SSE4 NCHW 2 threads 49-52 -> 41-47). An
+// Intel host gained on those GroupNorm cells and held BatchNorm's. Half tensors of
+// those bytes lost: BatchNorm training bf16 / fp16 32x64x56x56 NHWC, AVX2 1 thread
+// 16.1 -> 13.2 / 22.0 -> 16.8 GB/s, AVX3 2 threads 42-50 -> 32-33.
+inline bool StreamsChannels(size_t elements, size_t element_bytes) {
+  const size_t bytes = 2 * elements * element_bytes;
+  return (element_bytes == 4 ? 2 * bytes : bytes) >= StreamBytes();
+}
 
 // The first item of part `k` of `parts` equal parts of `n` items.
 inline size_t PartBegin(size_t n, size_t k, size_t parts) { return n * k / parts; }

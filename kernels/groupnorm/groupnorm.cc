@@ -219,8 +219,7 @@ nk_status GroupNormForward(const GroupNormJobT<T>& job, float* mean, float* rstd
   const ChannelNormKernelsT<T>& k = ChannelNormKernelsFor<T>(CurrentTarget());
   const size_t elements = job.n * job.c * job.spatial;
   const int threads = ThreadsFor(elements);
-  // As BatchNorm: streaming pays once x and y together overflow the cache.
-  const bool stream = 2 * elements * sizeof(T) >= StreamBytes();
+  const bool stream = StreamsChannels(elements, sizeof(T));  // as BatchNorm's
   if (job.channels_last) return ForwardColumns(k, job, threads, stream, mean, rstd);
   return ForwardPlanes(GroupSets<T>(k, job), job, threads, stream, mean, rstd);
 }
