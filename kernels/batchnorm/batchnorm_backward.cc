@@ -343,11 +343,10 @@ class GradColumns {
     size_t r0, r1;
     rows_.Part(t, parts, &r0, &r1);
     if (r1 > r0) {
-      ctx_.k.column_grad_apply(
-          job_.x + r0 * c, job_.dy + r0 * c, r1 - r0, c,
-          ColumnGrad{maps_, maps_ + c, maps_ + 2 * c, maps_ + 3 * c, maps_ + 4 * c,
-                     nullptr},
-          ctx_.stream, job_.dx + r0 * c);
+      ctx_.k.column_grad_apply(job_.x + r0 * c, job_.dy + r0 * c, r1 - r0, c,
+                               ColumnGrad{maps_, maps_ + c, maps_ + 2 * c, maps_ + 3 * c,
+                                          maps_ + 4 * c, nullptr},
+                               ctx_.stream, 0, job_.dx + r0 * c);
     }
     if (ctx_.stream) hwy::FlushStream();
   }

@@ -192,9 +192,11 @@ struct ChannelNormKernelsT {
   void (*column_grad_sums)(const T* x, const T* dy, size_t rows, size_t c,
                            const float* mean, const float* rstd, bool from_memory,
                            float* scratch, float* sum_dy, float* sum_dy_xhat);
-  // dx per column of [rows][c] matrices by the columns' maps; dx may be dy.
+  // dx per column of [rows][c] matrices by the columns' maps; dx may be dy. Streamed,
+  // the lines of x and dy `ahead` elements on (0: none) are asked for into L2 as dx
+  // is stored.
   void (*column_grad_apply)(const T* x, const T* dy, size_t rows, size_t c,
-                            const ColumnGrad& g, bool stream, T* dx);
+                            const ColumnGrad& g, bool stream, size_t ahead, T* dx);
   // The HWY_* bit of the target the table was compiled for (test_dispatch).
   int64_t target;
 };

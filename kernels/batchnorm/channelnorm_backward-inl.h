@@ -480,7 +480,7 @@ void ColumnGradSums(const T* x, const T* dy, size_t rows, size_t c, const float*
 // Streamed where every row starts a cache line (whole lines, sources-inl.h).
 template <bool kScaleDy, class T>
 void GradColumnRows(const T* x, const T* dy, size_t rows, size_t c, const ColumnGrad& g,
-                    bool stream, T* dx) {
+                    bool stream, size_t ahead, T* dx) {
   const auto value = [&](auto d, size_t i, size_t j) HWY_ATTR {
     const auto xhat = hn::Mul(hn::Sub(LoadElems(d, x + i), hn::LoadU(d, g.mean + j)),
                               hn::LoadU(d, g.rstd + j));
@@ -500,6 +500,10 @@ void GradColumnRows(const T* x, const T* dy, size_t rows, size_t c, const Column
         if (i % kLine == 0) {
           hwy::Prefetch(reinterpret_cast<const char*>(x + i) + kReadAheadBytes);
           hwy::Prefetch(reinterpret_cast<const char*>(dy + i) + kReadAheadBytes);
+          if (ahead != 0) {
+            PrefetchToL2(x + i + ahead);
+            PrefetchToL2(dy + i + ahead);
+          }
         }
         StreamElems(value(d, i, j), d, dx + i);
       }
@@ -516,7 +520,8 @@ void GradColumnRows(const T* x, const T* dy, size_t rows, size_t c, const Column
 // GradColumnRows streamed from dx's first line boundary on (MapRowsFromLine).
 template <class T>
 HWY_INLINE void GradColumnRowsFromLine(const T* x, const T* dy, size_t rows, size_t c,
-                                       const ColumnGrad& g, bool stream, T* dx) {
+                                       const ColumnGrad& g, bool stream, size_t ahead,
+                                       T* dx) {
   const float* arrays[6] = {g.mean, g.rstd, g.mean_dy, g.mean_dy_xhat, g.k, g.dy_scale};
   MapRowsFromLine(
       arrays, rows, c, stream, dx,
@@ -524,15 +529,18 @@ HWY_INLINE void GradColumnRowsFromLine(const T* x, const T* dy, size_t rows, siz
         const ColumnGrad map{p[0], p[1], p[2], p[3], p[4], p[5]};
         (map.dy_scale != nullptr ? GradColumnRows<true, T>
                                  : GradColumnRows<false, T>)(x + at, dy + at, n, width,
-                                                             map, streamed, dx + at);
+                                                             map, streamed, ahead,
+                                                             dx + at);
       });
 }
 
 template <class T>
 void ColumnGradApply(const T* x, const T* dy, size_t rows, size_t c, const ColumnGrad& g,
-                     bool stream, T* dx) {
+                     bool stream, size_t ahead, T* dx) {
   const size_t k = ColumnPeriodRows(c);
-  if (k == 1 || rows < k) return GradColumnRowsFromLine(x, dy, rows, c, g, stream, dx);
+  if (k == 1 || rows < k) {
+    return GradColumnRowsFromLine(x, dy, rows, c, g, stream, ahead, dx);
+  }
   // Narrow rows: the maps repeated k times, so k rows are one row of whole
   // vectors.
   const size_t width = k * c;
@@ -543,13 +551,12 @@ void ColumnGradApply(const T* x, const T* dy, size_t rows, size_t c, const Colum
     for (size_t j = 0; j < width; ++j) wide[p][j] = in[p][j % c];
   }
   const size_t wide_rows = rows / k;
-  GradColumnRowsFromLine(
-      x, dy, wide_rows, width,
-      ColumnGrad{wide[0], wide[1], wide[2], wide[3], wide[4],
-                 g.dy_scale != nullptr ? wide[5] : nullptr},
-      stream, dx);
+  GradColumnRowsFromLine(x, dy, wide_rows, width,
+                         ColumnGrad{wide[0], wide[1], wide[2], wide[3], wide[4],
+                                    g.dy_scale != nullptr ? wide[5] : nullptr},
+                         stream, ahead, dx);
   const size_t done = wide_rows * width;
-  GradColumnRowsFromLine(x + done, dy + done, rows - wide_rows * k, c, g, stream,
+  GradColumnRowsFromLine(x + done, dy + done, rows - wide_rows * k, c, g, stream, ahead,
                          dx + done);
 }
 

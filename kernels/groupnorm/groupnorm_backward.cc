@@ -237,14 +237,15 @@ class GradColumns {
     });
   }
 
-  // Once a sample's sets are finished: its rows [r0, r1) mapped.
-  void ApplyRows(size_t sample, size_t r0, size_t r1) {
+  // Once a sample's sets are finished: its rows [r0, r1) mapped. With `next`, the
+  // same rows of the next sample are asked for into L2 meanwhile.
+  void ApplyRows(size_t sample, size_t r0, size_t r1, bool next = false) {
     const size_t c = job_.c, at = (sample * job_.spatial + r0) * c;
     const float* rstd = Map(sample, 1);
     ctx_.k.column_grad_apply(job_.x + at, job_.dy + at, r1 - r0, c,
                              ColumnGrad{Map(sample, 0), rstd, Map(sample, 2),
                                         Map(sample, 3), rstd, job_.gamma},
-                             ctx_.stream, job_.dx + at);
+                             ctx_.stream, next ? job_.spatial * c : 0, job_.dx + at);
   }
 
  private:
@@ -287,7 +288,11 @@ nk_status BackwardColumns(const Context<T>& ctx, const GroupNormJobT<T>& job,
         for (size_t s = sample * groups; s < (sample + 1) * groups; ++s) {
           columns.Finish(s);
         }
-        columns.ApplyRows(sample, 0, job.spatial);
+        // Streamed, the next sample's x and dy are asked for into L2 while this one's
+        // dx is written; from there they go to L3, where its sums then read them
+        // rather than from memory (8x256x64x64, 1 thread, Zen 4: AVX3 12.2-13.6 ->
+        // 14.9-15.5 GB/s, AVX2 10.0-10.4 -> 10.9-12.6; 2 threads within the noise).
+        columns.ApplyRows(sample, 0, job.spatial, sample + 1 < end);
       }
     } else {
       const size_t s0 = PartBegin(count, t, parts), s1 = PartBegin(count, t + 1, parts);
