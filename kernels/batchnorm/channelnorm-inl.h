@@ -528,10 +528,11 @@ void ChannelPlanesApply(const T* x, size_t spatial, size_t count,
 // vectors 3% of an inference).
 template <bool kStream, class At, class T>
 HWY_INLINE void AffineVector(const At& p, const T* x, T* y, size_t i, size_t ahead,
-                             size_t end) {
+                             size_t end, size_t far) {
   const hn::ScalableTag<float> d;
-  if (kStream && i + ahead < end && i % kLineElems<T> < hn::Lanes(d)) {
-    hwy::Prefetch(x + i + ahead);
+  if (kStream && i % kLineElems<T> < hn::Lanes(d)) {
+    if (i + ahead < end) hwy::Prefetch(x + i + ahead);
+    if (far != 0) PrefetchToL2(x + i + far);
   }
   const auto v = p(LoadElems(d, x + i));
   if (kStream) {
@@ -544,10 +545,10 @@ HWY_INLINE void AffineVector(const At& p, const T* x, T* y, size_t i, size_t ahe
 // y = the affine map of x, c a multiple of the vector size: blocks of 32 rows, four
 // vector columns at a time with their parameters in registers (see AffineColumns).
 // kStream: non-temporal stores to a vector-aligned y, each element asking for the one a
-// block below it.
+// block below it (and the one `far` on into L2, if far != 0).
 template <bool kStream, class Params, class T>
 HWY_INLINE void AffineColumnBlocks(const Params& params, const T* x, size_t rows,
-                                   size_t c, T* y) {
+                                   size_t c, size_t far, T* y) {
   const size_t N = hn::Lanes(hn::ScalableTag<float>());
   constexpr size_t kRowBlock = 32;
   const size_t ahead = kRowBlock * c;
@@ -560,17 +561,17 @@ HWY_INLINE void AffineColumnBlocks(const Params& params, const T* x, size_t rows
                  p3 = params.Load(j + 3 * N);
       for (size_t r = r0; r < r1; ++r) {
         const size_t i = r * c + j;
-        AffineVector<kStream>(p0, x, y, i, ahead, end);
-        AffineVector<kStream>(p1, x, y, i + N, ahead, end);
-        AffineVector<kStream>(p2, x, y, i + 2 * N, ahead, end);
-        AffineVector<kStream>(p3, x, y, i + 3 * N, ahead, end);
+        AffineVector<kStream>(p0, x, y, i, ahead, end, far);
+        AffineVector<kStream>(p1, x, y, i + N, ahead, end, far);
+        AffineVector<kStream>(p2, x, y, i + 2 * N, ahead, end, far);
+        AffineVector<kStream>(p3, x, y, i + 3 * N, ahead, end, far);
       }
     }
     // The columns left (fewer than four vectors), row by row, so that each row's lines
     // are filled by consecutive stores.
     for (size_t r = r0; j < c && r < r1; ++r) {
       for (size_t k = j; k < c; k += N) {
-        AffineVector<kStream>(params.Load(k), x, y, r * c + k, ahead, end);
+        AffineVector<kStream>(params.Load(k), x, y, r * c + k, ahead, end, far);
       }
     }
   }
@@ -590,13 +591,13 @@ constexpr size_t kRowsMinBytes = 2048;
 // element asked for kReadAheadBytes ahead.
 template <bool kStream, class Params, class T>
 HWY_NOINLINE void AffineRows(const Params params, const T* x, size_t rows, size_t c,
-                             T* y) {
+                             size_t far, T* y) {
   const size_t N = hn::Lanes(hn::ScalableTag<float>());
   const size_t end = rows * c;
   const size_t ahead = kReadAheadBytes / sizeof(T);
   for (size_t i = 0; i < end; i += c) {
     for (size_t j = 0; j < c; j += N) {
-      AffineVector<kStream>(params.Load(j), x, y, i + j, ahead, end);
+      AffineVector<kStream>(params.Load(j), x, y, i + j, ahead, end, far);
     }
   }
 }
@@ -632,16 +633,16 @@ HWY_INLINE void AffineColumns(const T* x, size_t rows, size_t c, const ColumnAff
     const ColumnParams<kCenter, kScaled> p{scale, shift, rstd, mul, add};
     if (nt ? c > 4 * N : c * sizeof(T) >= kRowsMinBytes) {
       if (nt) {
-        AffineRows<true>(p, x, rows, c, y);
+        AffineRows<true>(p, x, rows, c, a.ahead, y);
       } else {
-        AffineRows<false>(p, x, rows, c, y);
+        AffineRows<false>(p, x, rows, c, 0, y);
       }
       return;
     }
     if (nt) {
-      AffineColumnBlocks<true>(p, x, rows, c, y);
+      AffineColumnBlocks<true>(p, x, rows, c, a.ahead, y);
     } else {
-      AffineColumnBlocks<false>(p, x, rows, c, y);
+      AffineColumnBlocks<false>(p, x, rows, c, 0, y);
     }
     return;
   }
@@ -716,10 +717,10 @@ template <class T>
 HWY_INLINE void ColumnApplyRows(const T* x, size_t rows, size_t c, const ColumnAffine& a,
                                 bool stream, T* y) {
   const float* arrays[5] = {a.scale, a.shift, a.rstd, a.mul, a.add};
-  const auto map = [&](size_t at, size_t n, size_t width, const float* const (&p)[5],
+  const auto map = [&](size_t at, size_t n, size_t width, const float* const(&p)[5],
                        bool streamed) {
-    ColumnMapRows(x + at, n, width, ColumnAffine{p[0], p[1], p[2], p[3], p[4]}, streamed,
-                  y + at);
+    ColumnMapRows(x + at, n, width, ColumnAffine{p[0], p[1], p[2], p[3], p[4], a.ahead},
+                  streamed, y + at);
   };
   MapRowsFromLine(arrays, rows, c, stream, y, map);
 }
@@ -738,8 +739,12 @@ void ColumnApply(const T* x, size_t rows, size_t c, const ColumnAffine& a, bool 
     if (in[p] == nullptr) continue;
     for (size_t j = 0; j < width; ++j) wide[p][j] = in[p][j % c];
   }
-  const ColumnAffine wide_affine = {a.scale ? wide[0] : nullptr, a.shift ? wide[1] : nullptr,
-                                    a.rstd ? wide[2] : nullptr, wide[3], wide[4]};
+  const ColumnAffine wide_affine = {a.scale ? wide[0] : nullptr,
+                                    a.shift ? wide[1] : nullptr,
+                                    a.rstd ? wide[2] : nullptr,
+                                    wide[3],
+                                    wide[4],
+                                    a.ahead};
   const size_t wide_rows = rows / k;
   ColumnApplyRows(x, wide_rows, width, wide_affine, stream, y);
   const size_t done = wide_rows * width;

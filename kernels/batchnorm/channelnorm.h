@@ -33,6 +33,9 @@ struct ColumnAffine {
   const float* rstd;
   const float* mul;
   const float* add;
+  // Streamed, the lines of x this many elements on (0: none) are asked for into L2 as
+  // y is stored (GroupNorm's next sample).
+  size_t ahead = 0;
 };
 
 // The backward's map of a channel, with x_hat = (x - mean) * rstd formed per element

@@ -154,16 +154,18 @@ void FinishColumnSet(const Job& job, size_t s, const SetStats& st, float* a, flo
 }
 
 // Rows [r0, r1) of a sample by its maps a; the slow path's steps only where one of
-// its sets took it.
+// its sets took it. With `next`, the same rows of the next sample are asked for into
+// L2 meanwhile.
 template <class T>
 void ApplyRows(const ChannelNormKernelsT<T>& k, const GroupNormJobT<T>& job,
-               size_t sample, size_t r0, size_t r1, const float* a, bool stream) {
+               size_t sample, size_t r0, size_t r1, const float* a, bool stream,
+               bool next = false) {
   const size_t c = job.c, at = (sample * job.spatial + r0) * c;
   const bool scaled = std::any_of(a, a + c, [](float v) { return v != 1.0f; });
-  k.column_apply(
-      job.x + at, r1 - r0, c,
-      ColumnAffine{scaled ? a : nullptr, a + c, a + 2 * c, a + 3 * c, a + 4 * c}, stream,
-      job.y + at);
+  k.column_apply(job.x + at, r1 - r0, c,
+                 ColumnAffine{scaled ? a : nullptr, a + c, a + 2 * c, a + 3 * c,
+                              a + 4 * c, next ? job.spatial * c : 0},
+                 stream, job.y + at);
 }
 
 template <class T>
@@ -186,7 +188,11 @@ nk_status ForwardColumns(const ChannelNormKernelsT<T>& k, const GroupNormJobT<T>
         for (size_t s = sample * groups; s < (sample + 1) * groups; ++s) {
           FinishColumnSet(job, s, columns.Stats(s, job.eps), a, mean, rstd);
         }
-        ApplyRows(k, job, sample, 0, job.spatial, a, stream);
+        // Streamed, the next sample's x goes to L2 (and from there to L3) while this
+        // one's y is written, so its statistics do not wait on memory (8x256x64x64,
+        // Zen 4, GB/s: AVX3 1 thread 24.3-24.8 -> 26.6-27.9, 2 threads 32 -> 39; AVX2
+        // 23 -> 24-25, 35 -> 43-50; SSE4 14.5 -> 17.5, 22 -> 29; 32x512x14x14 +0-16%).
+        ApplyRows(k, job, sample, 0, job.spatial, a, stream, sample + 1 < end);
       }
       if (stream) hwy::FlushStream();
     });
