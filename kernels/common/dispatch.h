@@ -34,8 +34,8 @@ size_t StreamBytes();
 // MiB, GB/s not streamed -> streamed, 1 thread: BatchNorm training 16x64x56x56 NHWC
 // AVX3 15.9-22.6 -> 29.5-31.2, AVX2 13.3-18.0 -> 28.4-29.5, SSE4 8.6-10.3 -> 17.7;
 // GroupNorm 32x512x14x14 NCHW AVX3 18.2-18.7 -> 43.2-47.2, AVX2 17-20 -> 46-48, NHWC
-// 15-17 -> 26-28 at both (2 threads +5-25%; SSE4 NCHW 2 threads 49-52 -> 41-47). An
-// Intel host gained on those GroupNorm cells and held BatchNorm's. Half tensors of
+// 15-17 -> 26-28 at both (2 threads +5-25%; SSE4 NCHW 2 threads 49-52 -> 41-47). A
+// Zen 5 host gained on those GroupNorm cells and held BatchNorm's. Half tensors of
 // those bytes lost: BatchNorm training bf16 / fp16 32x64x56x56 NHWC, AVX2 1 thread
 // 16.1 -> 13.2 / 22.0 -> 16.8 GB/s, AVX3 2 threads 42-50 -> 32-33.
 inline bool StreamsChannels(size_t elements, size_t element_bytes) {
