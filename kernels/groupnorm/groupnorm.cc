@@ -104,7 +104,7 @@ nk_status ForwardPlanes(const GroupSets<T>& sets, const GroupNormJobT<T>& job,
         // Streamed, the next set's x is asked for into L2 while this one's y is
         // written, as a copy reads while it writes; its statistics then read from L2
         // (8x256x64x64, 1 thread, Zen 4: AVX3 18.8-19.5 -> 25.0-25.3 GB/s, AVX2
-        // 16.2-17.7 -> 23.2-23.7, SSE4 +3-7%; 2 threads AVX3 and AVX2 +30-50%).
+        // 16.2-17.7 -> 23.2-23.7, SSE4 +3-7%; 2 threads AVX3 +20-30%, AVX2 +30-50%).
         const T* next = s + 1 < s1 ? job.x + (s + 1) * sets.length() : nullptr;
         ApplyPlanes(sets, job, s * cg, (s + 1) * cg, affine, stream, next);
       }
