@@ -142,7 +142,7 @@ class Planes {
     for (size_t p = p0; p < p1;) {
       const size_t ci = p % c;
       const size_t count = std::min(p1 - p, c - ci);
-      k_.planes_apply(job_.x + p * spatial, spatial, count, affine + ci, stream, nullptr,
+      k_.planes_apply(job_.x + p * spatial, spatial, count, affine + ci, stream, 0,
                       job_.y + p * spatial);
       p += count;
     }

@@ -389,11 +389,11 @@ struct ColumnParams {
 // and a one-element tail each). The same operations per element as AffineSpan, so the
 // same bits (a plane whose map is not scaled has scale = rstd = 1, and multiplying by 1
 // is exact). kStream: non-temporal stores, y + begin at a line boundary, and the lines
-// of `ahead` (or NULL) at the offsets stored asked for into L2. Returns where it
-// stopped: fewer than a vector's elements are left.
+// of x `ahead` elements on (0: none) asked for into L2 as they are stored, once a line.
+// Returns where it stopped: fewer than a vector's elements are left.
 template <bool kCenter, bool kScaled, bool kStream, class T>
 HWY_INLINE size_t AffinePlanes(const T* x, size_t spatial, size_t count,
-                               const SpanAffine* affine, size_t begin, const T* ahead,
+                               const SpanAffine* affine, size_t begin, size_t ahead,
                                T* y) {
   const hn::ScalableTag<float> d;
   const size_t N = hn::Lanes(d);
@@ -423,8 +423,12 @@ HWY_INLINE size_t AffinePlanes(const T* x, size_t spatial, size_t count,
     const size_t whole = i + (plane_end - i) / N * N;
     for (; i + 4 * N <= whole; i += 4 * N) {
       if constexpr (kStream) {
-        if (ahead != nullptr) {
-          for (size_t k = 0; k < 4 * N; k += kLineElems<T>) PrefetchToL2(ahead + i + k);
+        if (ahead != 0) {
+          // The elements of the step that start a line (a step may be shorter).
+          constexpr size_t kLine = kLineElems<T>;
+          for (size_t k = (kLine - i % kLine) % kLine; k < 4 * N; k += kLine) {
+            PrefetchToL2(x + ahead + i + k);
+          }
         }
         // Pairs narrowed together are stored as one line: not after a straddle that
         // left y + i half a line off.
@@ -484,7 +488,7 @@ void PlanePieces(const T* x, size_t spatial, size_t begin, size_t end,
 // 0.72, SSE4 0.52; training 0.61-0.78; bf16 and fp16 inference 0.36-0.52).
 template <class T>
 void ChannelPlanesApply(const T* x, size_t spatial, size_t count,
-                        const SpanAffine* affine, bool stream, const T* ahead, T* y) {
+                        const SpanAffine* affine, bool stream, size_t ahead, T* y) {
   if (count == 0) return;
   // As one span where a plane fills a vector; not with scalable vectors, which
   // AffinePlanes' parameter sets cannot hold as struct members.

@@ -141,11 +141,11 @@ struct ChannelNormKernelsT {
   void (*span_apply)(const T* x, size_t n, const SpanAffine& a, bool stream, T* y);
   // Affine map of `count` whole planes of `spatial` elements, contiguous from x (one
   // image's channels), plane p by affine[p], into y (which may be x). With `stream`,
-  // non-temporal stores as span_apply's, and `ahead` (or NULL; x of the next run, as
-  // long as this one) asked for into L2 as the run is stored (planes of a vector or
-  // more).
+  // non-temporal stores as span_apply's, and the lines of x `ahead` elements on (0:
+  // none; the next run, as long as this one) asked for into L2 as the run is stored
+  // (planes of a vector or more).
   void (*planes_apply)(const T* x, size_t spatial, size_t count, const SpanAffine* affine,
-                       bool stream, const T* ahead, T* y);
+                       bool stream, size_t ahead, T* y);
   // Per-column moments (count `rows` each) of a [rows][c] matrix: mean[c], m2[c].
   // scratch: ColumnScratchFloats(rows, c) floats. from_memory: x is far larger than
   // the cache, so its lines are asked for ahead of the reads.

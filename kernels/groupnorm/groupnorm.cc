@@ -59,8 +59,7 @@ void FinishSet(const Job& job, size_t s, const SetStats& st, float* mean, float*
 // Planes [p0, p1) (p = sample * c + channel) by their maps.
 template <class T>
 void ApplyPlanes(const GroupSets<T>& sets, const GroupNormJobT<T>& job, size_t p0,
-                 size_t p1, const SpanAffine* affine, bool stream,
-                 const T* ahead = nullptr) {
+                 size_t p1, const SpanAffine* affine, bool stream, size_t ahead = 0) {
   const size_t spatial = job.spatial;
   sets.k().planes_apply(job.x + p0 * spatial, spatial, p1 - p0, affine + p0, stream,
                         ahead, job.y + p0 * spatial);
@@ -105,7 +104,7 @@ nk_status ForwardPlanes(const GroupSets<T>& sets, const GroupNormJobT<T>& job,
         // written, as a copy reads while it writes; its statistics then read from L2
         // (8x256x64x64, 1 thread, Zen 4: AVX3 18.8-19.5 -> 25.0-25.3 GB/s, AVX2
         // 16.2-17.7 -> 23.2-23.7, SSE4 +3-7%; 2 threads AVX3 +20-30%, AVX2 +30-50%).
-        const T* next = s + 1 < s1 ? job.x + (s + 1) * sets.length() : nullptr;
+        const size_t next = s + 1 < s1 ? sets.length() : 0;
         ApplyPlanes(sets, job, s * cg, (s + 1) * cg, affine, stream, next);
       }
       if (stream) hwy::FlushStream();
