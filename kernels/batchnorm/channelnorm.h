@@ -125,7 +125,8 @@ class ColumnRows {
 template <class T>
 struct ChannelNormKernelsT {
   // Moments of x[0, n) times scale; x lies in the tensor [begin, end), whose elements
-  // around the span may be read too (never past its bounds).
+  // around the span may be read too (never past its bounds), and whose size says
+  // whether its lines come from memory or from the cache (how far ahead to ask).
   Moments (*span_moments)(const T* x, size_t n, float scale, const T* begin,
                           const T* end);
   // NCHW planes of at most short_plane_max() elements: the moments of channels
