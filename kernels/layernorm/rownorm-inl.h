@@ -458,8 +458,14 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
     // y at a time: a row's vectors of the line back to back, then the next row's. Four
     // rows a vector at a time kept four lines part filled at once, written to memory in
     // pieces (LayerNorm 65536x256 at +0, 1 thread, alternating processes: AVX2 3.4 ->
-    // 2.6-2.8 ms, SSE4 5.8 -> 4.3-4.4 ms). The next rows are not asked for here: the
-    // statistics' read-ahead finds them (asked for as well: AVX2 2.8-2.9 ms).
+    // 2.6-2.8 ms, SSE4 5.8 -> 4.3-4.4 ms). fp32 with two vectors a line (AVX2) asks
+    // for the next group's line of each row as it stores this group's: on Zen 4 the
+    // statistics' own read-ahead left a third of the kernel's time stalled on x's
+    // first loads. 1 thread, GB/s, not asked -> asked, +0 and +16 bytes: 16384x1024
+    // 14.0-15.5 -> 18.0-20.7, 4096x4096 14.5-16.3 -> 19.3-20.4, 2 threads 27.6-31.2 ->
+    // 39.5-43.2; 65536x256 unchanged. SSE4 (a line of four vectors) lost 10-15% on
+    // 16384x1024, half tensors at AVX3 5-10%: not there.
+    constexpr bool kAskNext = std::is_same_v<T, float> && kLineVecs == 2;
     if constexpr (kLineVecs > 1) {
       // The sources copied, as for the in-cache loops below (SSE4 65536x256 and
       // 16384x1024, 1 thread, fastest of 7 in alternating processes: 5-10% faster;
@@ -478,6 +484,13 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
         }
       }
       for (; i + kLineVecs * N <= lines_end; i += kLineVecs * N) {
+        if constexpr (kAskNext) {
+          for (size_t k = 0; k < ahead_rows; ++k) {  // the same line of the next rows
+            const size_t row = r + kGroupRows + k;
+            hwy::Prefetch(job.x + row * job.ldx + i);
+            if (job.residual != nullptr) hwy::Prefetch(job.residual + row * job.ldr + i);
+          }
+        }
         V g[kLineVecs], b[kLineVecs];
         for (size_t j = 0; j < kLineVecs; ++j) {
           g[j] = hn::LoadU(d, gamma + i + j * N);
