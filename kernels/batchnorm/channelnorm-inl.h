@@ -43,8 +43,8 @@ namespace hn = hwy::HWY_NAMESPACE;
 // StreamBytes() (8 MiB; fp32 forwards stream from there) is taken to be in L3, and
 // asks kCacheAheadBytes ahead. Zen 4, 1 thread, GB/s at 8 KiB -> 2 KiB, +0 bytes:
 // InstanceNorm 8x64x56x56 NCHW AVX3 47.6-48.5 -> 49.3-55.9, AVX2 50.1-52.6 -> 50.2-55.7
-// (2 threads 104-108 -> 117), +16 within the noise; bf16 / fp16 BatchNorm training
-// 32x64x56x56 NCHW (12 MiB of x) lost 4-9% at 2 KiB.
+// (2 threads 104-108 -> 117), +16 and SSE4 within the noise; bf16 / fp16 BatchNorm
+// training 32x64x56x56 NCHW (12 MiB of x) lost 4-9% at 2 KiB.
 //
 // Long spans at malloc's / NumPy's 16 bytes are read as line pairs (LinePairSource;
 // the same bits). NCHW training at +16 bytes, 1 thread, A/B in one process, 10 rounds:
