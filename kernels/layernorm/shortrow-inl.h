@@ -70,6 +70,21 @@ HWY_INLINE V PairwiseSum(V (&t)[n]) {
   return t[0];
 }
 
+// How far ahead a streamed short row asks for x (the row kVecs vectors on): 2 KiB for
+// rows of under 1 KiB whose vectors are narrower than a line, else 8 KiB. Zen 4, 64 MiB
+// of x, 1 thread, both builds alternating in one process, p25 time 2 KiB / 8 KiB, +0 /
+// +16 bytes: fp32 rows of 128 columns 0.70 / 0.71 at AVX2, 0.85 / 0.80 at SSE4, of 64
+// columns 0.93 / 0.94 and 0.94 / 0.90; bf16 at AVX3 rows of 128 and 256 columns
+// 0.88-0.91, fp16 at AVX2 0.81-0.94; 2 threads, AVX2 fp32 0.80-0.89. fp32 at AVX-512
+// (a vector a line) lost on rows of 64 columns at +0 (1.13-1.15) and held on 128
+// (0.95-1.01); rows of 1 KiB held or lost (fp32 65536x256 at AVX2 1.04 / 1.14).
+template <class T, size_t kVecs>
+constexpr size_t StreamedRowAhead() {
+  constexpr size_t vector_bytes = hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(T);
+  return vector_bytes < kLineBytes && kVecs * vector_bytes < 1024 ? kCacheAheadBytes
+                                                                  : kReadAheadBytes;
+}
+
 // y of rows [r, r + kRows) from their deviations v (RMSNorm: values) and rstd;
 // rows whose bit is set in `skip` are not written.
 template <size_t kVecs, size_t kRows, class D, class T, class V = hn::Vec<D>>
@@ -160,7 +175,7 @@ HWY_INLINE uint32_t ShortRows(const RowNormJobT<T>& job, const Src& src0, size_t
   HWY_UNROLL(16)
   for (size_t i = 0; i < kRows; ++i) {
     const Src src = src0.Row(r + i);
-    if (job.stream) PrefetchAhead(src, 0, kVecs * N, kReadAheadBytes);  // from memory
+    if (job.stream) PrefetchAhead(src, 0, kVecs * N, StreamedRowAhead<T, kVecs>());
     HWY_UNROLL(16)
     for (size_t k = 0; k < kVecs; ++k) v[i][k] = src.Load(d, k * N);
   }
@@ -323,7 +338,7 @@ class RereadRows {
     const D d;
     const size_t N = hn::Lanes(d);
     const Src src = src0_.Row(r);
-    if (job_.stream) PrefetchAhead(src, 0, kVecs * N, kReadAheadBytes);  // from memory
+    if (job_.stream) PrefetchAhead(src, 0, kVecs * N, StreamedRowAhead<T, kVecs>());
     T* HWY_RESTRICT sum = job_.sum != nullptr ? job_.sum + r * job_.lds : nullptr;
     const auto first = [&](size_t k) NK_INLINE_LAMBDA {
       const V v = src.Load(d, k * N);
