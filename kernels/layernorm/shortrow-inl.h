@@ -73,10 +73,10 @@ HWY_INLINE V PairwiseSum(V (&t)[n]) {
 // How far ahead a streamed short row asks for x (the row kVecs vectors on): 2 KiB for
 // rows of under 1 KiB whose vectors are narrower than a line, else 8 KiB. Zen 4, 64 MiB
 // of x, 1 thread, both builds alternating in one process, p25 time 2 KiB / 8 KiB, +0 /
-// +16 bytes: fp32 rows of 128 columns 0.70 / 0.71 at AVX2, 0.85 / 0.80 at SSE4, of 64
-// columns 0.93 / 0.94 and 0.94 / 0.90; bf16 at AVX3 rows of 128 and 256 columns
-// 0.88-0.91, fp16 at AVX2 0.81-0.94; 2 threads, AVX2 fp32 0.80-0.89. fp32 at AVX-512
-// (a vector a line) lost on rows of 64 columns at +0 (1.13-1.15) and held on 128
+// +16 bytes: fp32 rows of 128 columns 0.70 / 0.71 at AVX2, 0.85 / 0.80 at SSE4; of 64
+// columns 0.93 / 0.94 at AVX2, 0.94 / 0.90 at SSE4; bf16 at AVX3, rows of 128 and 256
+// columns, 0.86-0.91; fp16 at AVX2 0.81-0.94; 2 threads, AVX2 fp32 0.80-0.89. fp32 at
+// AVX-512 (a vector a line) lost on rows of 64 columns at +0 (1.13-1.15) and held on 128
 // (0.95-1.01); rows of 1 KiB held or lost (fp32 65536x256 at AVX2 1.04 / 1.14).
 template <class T, size_t kVecs>
 constexpr size_t StreamedRowAhead() {
