@@ -350,18 +350,24 @@ HWY_INLINE bool StreamGroups(size_t cols, bool any_width) {
 //
 // With `stream` (StreamGroups; outputs far larger than the cache; every row of y at one
 // offset from a cache line, streamed from where StreamLead says), y is written with
-// non-temporal stores while the next group's rows (up to row next_end) of x (and
-// residual) are asked for, a line of each row per column: memory reads the next group
-// while this one is written, as in a copy, and the next group's statistics find it in the
-// cache. LayerNorm of 64 MiB, 768-8192 columns, AVX3, 1 thread, Zen 4, benchmark:
-// 0.68-0.83x of a copy, where taking the next row's statistics block by block between the
-// stores of this one gave 0.49-0.61x (asking for one line in four: 0.52-0.76x; without
-// the statistics' own read-ahead: 0.40-0.48x).
+// non-temporal stores while the rows of the group after next (up to row ask_end) of x
+// (and residual) are asked for into L2, a line of each row per column: memory reads
+// ahead while this group is written, as in a copy, and the statistics find their rows in
+// the cache. LayerNorm of 64 MiB, 768-8192 columns, AVX3, 1 thread, Zen 4, benchmark:
+// 0.68-0.83x of a copy with the next group asked for into L1, where taking the next row's
+// statistics block by block between the stores of this one gave 0.49-0.61x (asking for
+// one line in four: 0.52-0.76x; without the statistics' own read-ahead: 0.40-0.48x).
+// The group after next, into L2 (Zen 4, 1 thread, both alternating in one process, p25
+// time after / before, +0 / +16 bytes): AVX3 16384x1024 0.70 / 0.71, 4096x4096 0.79 /
+// 0.75, 2048x8192 0.80 / 0.77, 21845x768 0.64 / 0.76, 2 threads 0.74-0.99; AVX2
+// 16384x1024 0.92 / 0.87, 4096x4096 0.83, 2 threads 0.88-0.93; SSE4 0.95-0.99; fp16 at
+// AVX3 0.80-0.92 and at AVX2 0.90-0.95; bf16 0.99-1.04. (Into L1: 0.83-0.94 at AVX3.
+// The group after that, into L2: no better.)
 #if !HWY_HAVE_SCALABLE  // arrays of vectors; scalable vectors take rows one by one
 template <bool kCenter, class T, class Src>
 HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGroupRows],
                                const SetStats (&st)[kGroupRows], size_t r, bool stream,
-                               size_t next_end) {
+                               size_t ask_end) {
   const hn::ScalableTag<float> d;
   using V = hn::Vec<decltype(d)>;
   const size_t N = hn::Lanes(d);
@@ -370,8 +376,19 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
   const float* HWY_RESTRICT gamma = job.gamma;
   const float* HWY_RESTRICT beta = job.beta;
   T* y = job.y + r * ldy;
-  // The next group's rows: [r + kGroupRows, next_end).
-  const size_t ahead_rows = next_end > r + kGroupRows ? next_end - r - kGroupRows : 0;
+  // The rows asked for while streaming: the group after next, [ask_from, ask_end).
+  const size_t ask_from = r + 2 * kGroupRows;
+  const size_t ask_rows = ask_end > ask_from ? ask_end - ask_from : 0;
+  // NK_INLINE_LAMBDA: left to the compiler (HWY_ATTR), the call stayed, and streamed
+  // rows took 1.02-1.42x the time of the loops written out in place (16384x1024 and
+  // 4096x4096 at AVX3 and AVX2, 1 thread).
+  const auto ask = [&](size_t i) NK_INLINE_LAMBDA {
+    for (size_t k = 0; k < ask_rows; ++k) {  // the same line of those rows
+      const size_t row = ask_from + k;
+      PrefetchToL2(job.x + row * job.ldx + i);
+      if (job.residual != nullptr) PrefetchToL2(job.residual + row * job.ldr + i);
+    }
+  };
   V mean[kGroupRows], rstd[kGroupRows];
   for (size_t k = 0; k < kGroupRows; ++k) {
     mean[k] = hn::Set(d, st[k].mean);
@@ -458,14 +475,10 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
     // y at a time: a row's vectors of the line back to back, then the next row's. Four
     // rows a vector at a time kept four lines part filled at once, written to memory in
     // pieces (LayerNorm 65536x256 at +0, 1 thread, alternating processes: AVX2 3.4 ->
-    // 2.6-2.8 ms, SSE4 5.8 -> 4.3-4.4 ms). fp32 with two vectors a line (AVX2) asks
-    // for the next group's line of each row as it stores this group's: on Zen 4 the
-    // statistics' own read-ahead left a third of the kernel's time stalled on x's
-    // first loads. 1 thread, GB/s, not asked -> asked, +0 and +16 bytes: 16384x1024
-    // 14.0-15.5 -> 18.0-20.7, 4096x4096 14.5-16.3 -> 19.3-20.4, 2 threads 27.6-31.2 ->
-    // 39.5-43.2; 65536x256 unchanged. SSE4 (a line of four vectors) lost 10-15% on
-    // 16384x1024, half tensors at AVX3 5-10%: not there.
-    constexpr bool kAskNext = std::is_same_v<T, float> && kLineVecs == 2;
+    // 2.6-2.8 ms, SSE4 5.8 -> 4.3-4.4 ms). On Zen 4 the statistics' own read-ahead
+    // alone left a third of AVX2's time stalled on x's first loads (1 thread, GB/s, +0
+    // and +16 bytes, with the next group asked for into L1: 16384x1024 14.0-15.5 ->
+    // 18.0-20.7, 4096x4096 14.5-16.3 -> 19.3-20.4, 2 threads 27.6-31.2 -> 39.5-43.2).
     if constexpr (kLineVecs > 1) {
       // The sources copied, as for the in-cache loops below (SSE4 65536x256 and
       // 16384x1024, 1 thread, fastest of 7 in alternating processes: 5-10% faster;
@@ -484,13 +497,7 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
         }
       }
       for (; i + kLineVecs * N <= lines_end; i += kLineVecs * N) {
-        if constexpr (kAskNext) {
-          for (size_t k = 0; k < ahead_rows; ++k) {  // the same line of the next rows
-            const size_t row = r + kGroupRows + k;
-            hwy::Prefetch(job.x + row * job.ldx + i);
-            if (job.residual != nullptr) hwy::Prefetch(job.residual + row * job.ldr + i);
-          }
-        }
+        ask(i);
         V g[kLineVecs], b[kLineVecs];
         for (size_t j = 0; j < kLineVecs; ++j) {
           g[j] = hn::LoadU(d, gamma + i + j * N);
@@ -513,11 +520,7 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
       }
     } else {
       for (; i + N <= lines_end; i += N) {
-        for (size_t k = 0; k < ahead_rows; ++k) {  // the same column of the next rows
-          const size_t row = r + kGroupRows + k;
-          hwy::Prefetch(job.x + row * job.ldx + i);
-          if (job.residual != nullptr) hwy::Prefetch(job.residual + row * job.ldr + i);
-        }
+        ask(i);
         vector(src, i, [&](V v, size_t, T* p) HWY_ATTR { StreamElems(v, d, p); });
       }
     }
@@ -723,7 +726,7 @@ void RowsT(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t r1) {
       }
       if (HWY_LIKELY(!scaled)) {
         NormalizeGroup<kCenter>(job, src, st, r, job.stream,
-                                HWY_MIN(r + 2 * kGroupRows, r1));
+                                HWY_MIN(r + 3 * kGroupRows, r1));
         continue;
       }
       for (size_t k = 0; k < kGroupRows; ++k) {
