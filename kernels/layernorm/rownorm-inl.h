@@ -358,11 +358,12 @@ HWY_INLINE bool StreamGroups(size_t cols, bool any_width) {
 // statistics block by block between the stores of this one gave 0.49-0.61x (asking for
 // one line in four: 0.52-0.76x; without the statistics' own read-ahead: 0.40-0.48x).
 // The group after next, into L2 (Zen 4, 1 thread, both alternating in one process, p25
-// time after / before, +0 / +16 bytes): AVX3 16384x1024 0.70 / 0.71, 4096x4096 0.79 /
-// 0.75, 2048x8192 0.80 / 0.77, 21845x768 0.64 / 0.76, 2 threads 0.74-0.99; AVX2
-// 16384x1024 0.92 / 0.87, 4096x4096 0.83, 2 threads 0.88-0.93; SSE4 0.95-0.99; fp16 at
-// AVX3 0.80-0.92 and at AVX2 0.90-0.95; bf16 0.99-1.04. (Into L1: 0.83-0.94 at AVX3.
-// The group after that, into L2: no better.)
+// time after / before, +0 / +16 bytes): AVX3 16384x1024 0.67-0.70 / 0.70-0.71,
+// 4096x4096 0.79-0.80 / 0.75-0.80, 2048x8192 0.80 / 0.77, 21845x768 0.64 / 0.67-0.76,
+// 2 threads 0.79-0.99; AVX2 16384x1024 0.90-0.92 / 0.84-0.87, 4096x4096 0.83-0.95,
+// 2 threads 0.88-0.97; SSE4 0.95-0.99; fp16 at AVX3 0.80-0.92 and at AVX2 0.90-0.95;
+// bf16 0.99-1.04. (At AVX3, the next group into L2: 0.83-0.88; the group after next
+// into L1: 0.84-1.01; the group after that, into L2: no better.)
 #if !HWY_HAVE_SCALABLE  // arrays of vectors; scalable vectors take rows one by one
 template <bool kCenter, class T, class Src>
 HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGroupRows],
