@@ -497,8 +497,11 @@ HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGrou
           }
         }
       }
+      // A step shorter than a line (SCALAR; half tensors at SSE4 / SSSE3) asks once a
+      // line: requests a line apart cover every line of x once.
+      constexpr size_t kStep = kLineVecs * hn::MaxLanes(d);
       for (; i + kLineVecs * N <= lines_end; i += kLineVecs * N) {
-        ask(i);
+        if (kStep >= kLineElems<T> || (i - lead) % kLineElems<T> == 0) ask(i);
         V g[kLineVecs], b[kLineVecs];
         for (size_t j = 0; j < kLineVecs; ++j) {
           g[j] = hn::LoadU(d, gamma + i + j * N);
