@@ -162,6 +162,24 @@ HWY_INLINE hn::Vec<D> RoundTo(D d, hn::Vec<D> v) {
   }
 }
 
+// Asks for the cache line at p into L2, not L1 (hwy::Prefetch's): for lines needed
+// after the ones L1 holds now.
+template <class T>
+HWY_INLINE void PrefetchToL2(const T* p) {
+  __builtin_prefetch(p, /*write=*/0, /*locality=*/2);  // x86: prefetcht1
+}
+
+// Where a source's requests put the lines: L1, or L2 only (PrefetchToL2).
+enum class CacheLevel { kL1, kL2 };
+template <CacheLevel kLevel>
+HWY_INLINE void PrefetchLine(const void* p) {
+  if constexpr (kLevel == CacheLevel::kL1) {
+    hwy::Prefetch(p);
+  } else {
+    PrefetchToL2(p);
+  }
+}
+
 template <class T>
 struct TensorSource {
   const T* x;
@@ -172,8 +190,9 @@ struct TensorSource {
     return LoadElems(d, x + i);
   }
   // Asks for the cache line `bytes` past element i.
+  template <CacheLevel kLevel = CacheLevel::kL1>
   HWY_INLINE void Prefetch(size_t i, size_t bytes) const {
-    hwy::Prefetch(reinterpret_cast<const char*>(x + i) + bytes);
+    PrefetchLine<kLevel>(reinterpret_cast<const char*>(x + i) + bytes);
   }
 };
 using F32Source = TensorSource<float>;
@@ -226,8 +245,9 @@ class LinePairSource {
       return hn::LoadU(d, x_ + i);
     }
   }
+  template <CacheLevel kLevel = CacheLevel::kL1>
   HWY_INLINE void Prefetch(size_t i, size_t bytes) const {
-    hwy::Prefetch(reinterpret_cast<const char*>(x_ + i) + bytes);
+    PrefetchLine<kLevel>(reinterpret_cast<const char*>(x_ + i) + bytes);
   }
 
  private:
@@ -249,9 +269,10 @@ struct AddSourceT {
   HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
     return RoundTo<T>(d, hn::Add(LoadElems(d, x + i), LoadElems(d, residual + i)));
   }
+  template <CacheLevel kLevel = CacheLevel::kL1>
   HWY_INLINE void Prefetch(size_t i, size_t bytes) const {
-    hwy::Prefetch(reinterpret_cast<const char*>(x + i) + bytes);
-    hwy::Prefetch(reinterpret_cast<const char*>(residual + i) + bytes);
+    PrefetchLine<kLevel>(reinterpret_cast<const char*>(x + i) + bytes);
+    PrefetchLine<kLevel>(reinterpret_cast<const char*>(residual + i) + bytes);
   }
 };
 using AddSource = AddSourceT<float>;
@@ -265,23 +286,21 @@ struct ScaledSource {
   HWY_INLINE hn::Vec<D> Load(D d, size_t i) const {
     return hn::Mul(src.Load(d, i), hn::Set(d, scale));
   }
-  HWY_INLINE void Prefetch(size_t i, size_t bytes) const { src.Prefetch(i, bytes); }
+  template <CacheLevel kLevel = CacheLevel::kL1>
+  HWY_INLINE void Prefetch(size_t i, size_t bytes) const {
+    src.template Prefetch<kLevel>(i, bytes);
+  }
 };
 
 // Asks for the cache lines of src's elements [i, i + n), `ahead` bytes on: one request
 // per 16 elements, a line of fp32, half a line of half tensors (one per line measured
 // within noise: LayerNorm 1024x1024, 256x4096, 16384x1024, AVX3, 1 thread, bf16
 // 0.99-1.03 of the time, fp16 0.98-1.00).
-template <class Src>
+template <CacheLevel kLevel = CacheLevel::kL1, class Src>
 HWY_INLINE void PrefetchAhead(const Src& src, size_t i, size_t n, size_t ahead) {
-  for (size_t k = 0; k < n; k += 64 / sizeof(float)) src.Prefetch(i + k, ahead);
-}
-
-// Asks for the cache line at p into L2, not L1 (hwy::Prefetch's): for lines needed
-// after the ones L1 holds now.
-template <class T>
-HWY_INLINE void PrefetchToL2(const T* p) {
-  __builtin_prefetch(p, /*write=*/0, /*locality=*/2);  // x86: prefetcht1
+  for (size_t k = 0; k < n; k += 64 / sizeof(float)) {
+    src.template Prefetch<kLevel>(i + k, ahead);
+  }
 }
 
 // A lambda attribute: always inlined, for hot loops' steps the compiler might leave

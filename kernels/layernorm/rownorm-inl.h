@@ -365,6 +365,18 @@ HWY_INLINE bool StreamGroups(size_t cols, bool any_width) {
 // bf16 0.99-1.04. (At AVX3, the next group into L2: 0.83-0.88; the group after next
 // into L1: 0.84-1.01; the group after that, into L2: no better.)
 #if !HWY_HAVE_SCALABLE  // arrays of vectors; scalable vectors take rows one by one
+// Whether streamed groups of T ask for the group after next: fp32 always, fp16 with
+// vectors of 32 bytes or more. Half tensors lost or held elsewhere (Zen 4, 1 thread,
+// both builds alternating in one process, p25 time asking / not, 16384x1024 and
+// 4096x4096, +0 / +16 bytes): fp16 at SSE4 1.02-1.10; bf16 at SSE4 1.04-1.09, at AVX2
+// 0.98-1.06, at AVX3 0.97-1.03.
+template <class T>
+constexpr bool AsksGroupAfterNext() {
+  constexpr size_t vector_bytes = hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(float);
+  return std::is_same_v<T, float> ||
+         (std::is_same_v<T, hwy::float16_t> && vector_bytes >= 32);
+}
+
 template <bool kCenter, class T, class Src>
 HWY_INLINE void NormalizeGroup(const RowNormJobT<T>& job, const Src (&src)[kGroupRows],
                                const SetStats (&st)[kGroupRows], size_t r, bool stream,
@@ -729,8 +741,9 @@ void RowsT(const RowNormJobT<T>& job, const Src& src0, size_t r0, size_t r1) {
         scaled |= st[k].scale != 1.0f;
       }
       if (HWY_LIKELY(!scaled)) {
-        NormalizeGroup<kCenter>(job, src, st, r, job.stream,
-                                HWY_MIN(r + 3 * kGroupRows, r1));
+        const size_t ask_end =
+            AsksGroupAfterNext<T>() ? HWY_MIN(r + 3 * kGroupRows, r1) : r;
+        NormalizeGroup<kCenter>(job, src, st, r, job.stream, ask_end);
         continue;
       }
       for (size_t k = 0; k < kGroupRows; ++k) {
