@@ -127,7 +127,7 @@ struct Normalized {
 };
 
 // Whether fp32 vectors are narrower than a cache line (below AVX-512; NEON): the
-// read-ahead and write-ahead rules below differ for them.
+// write-ahead rule below differs for them.
 constexpr bool kNarrowVectors =
     hn::MaxLanes(hn::ScalableTag<float>()) * sizeof(float) < kLineBytes;
 
@@ -147,14 +147,15 @@ HWY_INLINE constexpr size_t YAheadBytes(size_t n) {
 }
 
 // How far ahead the statistics of rows in groups ask for the lines of x: from L3
-// kCacheAheadBytes; streamed (from memory) kReadAheadBytes at AVX-512 (measured on Zen
-// 4), but kCacheAheadBytes with narrower vectors, where the far requests cost more
-// than they brought. Intel host, 1 thread, both builds alternating in one process,
-// time with 2 KiB / 8 KiB, +0 and +16 bytes: AVX2 4096x1024 0.85-0.91, 16384x1024
-// 0.94-0.95, 4096x4096 0.96-0.99; SSE4 0.82-0.91, 0.91-0.98, 0.87-0.93; 2 threads
-// 0.87-0.91; RMSNorm and bf16 0.98-1.01. AVX3 keeps 8 KiB (4096x1024 1.02 with 2 KiB).
+// kCacheAheadBytes; streamed (from memory) kReadAheadBytes. (Narrower vectors asked
+// kCacheAheadBytes ahead, better on an Intel host when only AVX-512 asked for the rows
+// of the groups ahead; since every width asks for the group after next (NormalizeGroup),
+// 8 KiB is better there too. Zen 4, 1 thread, p25 time 8 KiB / 2 KiB, +0 / +16 bytes:
+// AVX2 16384x1024 0.82-0.86, 4096x4096 0.80-0.86, 2048x8192 0.81-0.83, 21845x768 0.99
+// / 0.82, 2 threads 0.77-0.82; SSE4 0.90-1.00, 2 threads 0.94-0.97; half tensors
+// 0.96-1.01.)
 HWY_INLINE constexpr size_t StatsAheadBytes(bool stream) {
-  return stream && !kNarrowVectors ? kReadAheadBytes : kCacheAheadBytes;
+  return stream ? kReadAheadBytes : kCacheAheadBytes;
 }
 
 // y = Normalized over [c0, c0 + n). With `stream` (outputs far larger than the
