@@ -86,12 +86,12 @@ constexpr size_t StreamedRowAhead() {
 }
 
 // Asks for the lines of a streamed short row's x StreamedRowAhead bytes on: into L1 at
-// 2 KiB, into L2 at 8 KiB (a quarter of L1 asked for, in L1, beside the rows in use).
-// Zen 4, 64 MiB of x, fp32, both builds alternating in one process, p25 time L2 / L1 at
-// 8 KiB, +0 / +16 bytes: AVX3 65536x256 0.82-0.97 / 0.80-0.95, 131072x128 0.79-0.88 /
-// 0.94-0.99, 262144x64 0.77-0.80 / 0.88-0.98, 2 threads 0.84-1.01; AVX2 65536x256
-// 0.89-0.98 / 0.87-0.92, 2 threads 0.87-0.93. Where L1 at 2 KiB is the rule (AVX2 and
-// SSE4 rows of 64 and 128 columns), L2 instead lost (4 KiB 0.95-1.29, 8-16 KiB
+// 2 KiB, into L2 at 8 KiB (8 KiB of lines in flight into L1 are a quarter of it, beside
+// the rows in use). Zen 4, 64 MiB of x, fp32, both builds alternating in one process, p25
+// time L2 / L1 at 8 KiB, +0 / +16 bytes: AVX3 65536x256 0.82-0.97 / 0.80-0.95, 131072x128
+// 0.79-0.88 / 0.94-0.99, 262144x64 0.77-0.80 / 0.88-0.98, 2 threads 0.84-1.01; AVX2
+// 65536x256 0.89-0.98 / 0.87-0.92, 2 threads 0.87-0.93. Where L1 at 2 KiB is the rule
+// (AVX2 and SSE4 rows of 64 and 128 columns), L2 instead lost (4 KiB 0.95-1.29, 8-16 KiB
 // 1.07-1.36) and so did L2 8-16 KiB on top (0.98-1.45).
 template <class T, size_t kVecs, class Src>
 HWY_INLINE void AskStreamedRow(const Src& src, size_t n) {
