@@ -351,20 +351,21 @@ HWY_INLINE bool StreamGroups(size_t cols, bool any_width) {
 //
 // With `stream` (StreamGroups; outputs far larger than the cache; every row of y at one
 // offset from a cache line, streamed from where StreamLead says), y is written with
-// non-temporal stores while the rows of the group after next (up to row ask_end) of x
-// (and residual) are asked for into L2, a line of each row per column: memory reads
-// ahead while this group is written, as in a copy, and the statistics find their rows in
-// the cache. LayerNorm of 64 MiB, 768-8192 columns, AVX3, 1 thread, Zen 4, benchmark:
-// 0.68-0.83x of a copy with the next group asked for into L1, where taking the next row's
-// statistics block by block between the stores of this one gave 0.49-0.61x (asking for
-// one line in four: 0.52-0.76x; without the statistics' own read-ahead: 0.40-0.48x).
-// The group after next, into L2 (Zen 4, 1 thread, both alternating in one process, p25
-// time after / before, +0 / +16 bytes): AVX3 16384x1024 0.67-0.70 / 0.70-0.71,
-// 4096x4096 0.79-0.80 / 0.75-0.80, 2048x8192 0.80 / 0.77, 21845x768 0.64 / 0.67-0.76,
-// 2 threads 0.79-0.99; AVX2 16384x1024 0.90-0.92 / 0.84-0.87, 4096x4096 0.83-0.95,
-// 2 threads 0.88-0.97; SSE4 0.95-0.99; fp16 at AVX3 0.80-0.92 and at AVX2 0.90-0.95;
-// bf16 0.99-1.04. (At AVX3, the next group into L2: 0.83-0.88; the group after next
-// into L1: 0.84-1.01; the group after that, into L2: no better.)
+// non-temporal stores while the rows of the group after next (up to row ask_end; for the
+// types AsksGroupAfterNext names) of x (and residual) are asked for into L2, a line of
+// each row per column: memory reads ahead while this group is written, as in a copy,
+// and the statistics find their rows in the cache. LayerNorm of 64 MiB, 768-8192 columns,
+// AVX3, 1 thread, Zen 4, benchmark: 0.68-0.83x of a copy with the next group asked for
+// into L1, where taking the next row's statistics block by block between the stores of
+// this one gave 0.49-0.61x (asking for one line in four: 0.52-0.76x; without the
+// statistics' own read-ahead: 0.40-0.48x). The group after next, into L2 (Zen 4, 1
+// thread, both alternating in one process, p25 time after / before, +0 / +16 bytes): AVX3
+// 16384x1024 0.67-0.70 / 0.70-0.71, 4096x4096 0.79-0.80 / 0.75-0.80, 2048x8192 0.80 /
+// 0.77, 21845x768 0.64 / 0.67-0.76, 2 threads 0.79-0.99; AVX2 16384x1024 0.90-0.92 /
+// 0.84-0.87, 4096x4096 0.83-0.95, 2 threads 0.88-0.97; SSE4 0.95-0.99; fp16 at AVX3
+// 0.80-0.92 and at AVX2 0.90-0.95; bf16 0.99-1.04. (At AVX3, the next group into L2:
+// 0.83-0.88; the group after next into L1: 0.84-1.01; the group after that, into L2: no
+// better.)
 #if !HWY_HAVE_SCALABLE  // arrays of vectors; scalable vectors take rows one by one
 // Whether streamed groups of T ask for the group after next: fp32 always, fp16 with
 // vectors of 32 bytes or more. Half tensors lost or held elsewhere (Zen 4, 1 thread,
