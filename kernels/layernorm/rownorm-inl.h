@@ -149,11 +149,12 @@ HWY_INLINE constexpr size_t YAheadBytes(size_t n) {
 // How far ahead the statistics of rows in groups ask for the lines of x: from L3
 // kCacheAheadBytes; streamed (from memory) kReadAheadBytes. (Narrower vectors asked
 // kCacheAheadBytes ahead, better on an Intel host when only AVX-512 asked for the rows
-// of the groups ahead; since every width asks for the group after next (NormalizeGroup),
-// 8 KiB is better there too. Zen 4, 1 thread, p25 time 8 KiB / 2 KiB, +0 / +16 bytes:
-// AVX2 16384x1024 0.82-0.86, 4096x4096 0.80-0.86, 2048x8192 0.81-0.83, 21845x768 0.99
-// / 0.82, 2 threads 0.77-0.82; SSE4 0.90-1.00, 2 threads 0.94-0.97; half tensors
-// 0.96-1.01.)
+// of the groups ahead. Since every width asks for the group after next (NormalizeGroup),
+// 8 KiB is better on Zen 4 and equal on the Intel host. p25 time 8 KiB / 2 KiB, 1
+// thread, +0 / +16 bytes: Zen 4 AVX2 16384x1024 0.82-0.86, 4096x4096 0.80-0.86,
+// 2048x8192 0.81-0.83, 21845x768 0.99 / 0.82, 2 threads 0.77-0.82; SSE4 0.90-1.00, 2
+// threads 0.94-0.97; half tensors 0.96-1.01. Sapphire Rapids class, 2 KiB / 8 KiB: AVX2
+// 0.99-1.01 (1 and 2 threads), SSE4 0.96-1.05 (once 0.87).)
 HWY_INLINE constexpr size_t StatsAheadBytes(bool stream) {
   return stream ? kReadAheadBytes : kCacheAheadBytes;
 }
